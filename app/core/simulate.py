@@ -1,0 +1,215 @@
+"""Simulated MAD competitions: does selection → labelling → Perron rank recover a known ranking?
+
+A simulated corpus over a taxonomy (ImageNet-1k by default): each image shows one object of a uniformly
+drawn class and, with probability `second_object_rate`, a second one (the source of Case I). Images have a
+shared difficulty z ~ N(0, 1) and classifier i is right on x when z + σ·ε_ix < Φ⁻¹(acc_i)·√(1 + σ²),
+ε ~ N(0, 1), σ = `difficulty_noise` (a probit item-response model: marginal accuracy acc_i, errors shared
+on hard images as real classifiers' are). A right classifier names one of the present objects; a wrong one
+names a class c drawn with P(c | y) ∝ exp(−d(y, c) / confusion_scale), so mistakes stay near the true
+class y in the hierarchy. Confidence is Beta(6, 1) when right and Beta(2, 2) when wrong.
+
+Every question (image, class) of the selected images is put once to a panel of annotators, each flipping
+the true answer with probability `noise`; the panel's majority decides (stopping once a strict majority
+agrees, as the service does, gives the same outcome as asking all of them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy.special import ndtri
+
+from app.core.analysis import CaseShares, case_shares, srcc
+from app.core.ranking import (
+    count_outcomes,
+    dominance_matrix,
+    pairwise_accuracy,
+    perron_rank,
+    ranks_from_scores,
+)
+from app.core.selection import select_all_pairs
+from app.core.taxonomy import Taxonomy, imagenet_1k
+
+# Paper Table 1, ImageNet top-1 accuracy of the eleven classifiers, best first.
+TABLE_1_ACCURACIES = (0.8544, 0.8448, 0.8274, 0.8251, 0.8130, 0.7885, 0.7840, 0.7819, 0.7737, 0.7336, 0.7331)
+RIGHT_CONFIDENCE = (6.0, 1.0)  # Beta parameters of p(top-1) when the prediction is right
+WRONG_CONFIDENCE = (2.0, 2.0)  # ... and when it is wrong
+
+
+@dataclass(frozen=True)
+class SimulationConfig:
+    """Everything one simulated study depends on, besides the taxonomy."""
+
+    classifiers: int = 11
+    k: int = 30
+    noise: float = 0.05
+    seeds: int = 5
+    images: int = 20_000
+    panel_size: int = 5
+    threshold: float = 0.8
+    max_per_label: int = 3
+    second_object_rate: float = 0.005
+    confusion_scale: float = 0.2
+    difficulty_noise: float = 0.3
+
+
+@dataclass(frozen=True)
+class SeedResult:
+    """One simulated competition: the recovered MAD ranks and their SRCC with the true ranks."""
+
+    seed: int
+    recovered_ranks: tuple[int, ...]
+    srcc: float
+    cases: CaseShares
+
+
+@dataclass(frozen=True)
+class SimulationStudy:
+    """Repeated simulated competitions over seeds 0..seeds−1 with the same true accuracies."""
+
+    config: SimulationConfig
+    taxonomy: str
+    accuracies: tuple[float, ...]
+    true_ranks: tuple[int, ...]
+    results: tuple[SeedResult, ...]
+
+    @property
+    def srcc_median(self) -> float:
+        """Median over seeds of SRCC(true ranks, recovered ranks)."""
+        return float(np.median([result.srcc for result in self.results]))
+
+    def to_dict(self) -> dict:
+        """A JSON-ready summary."""
+        return {
+            "config": asdict(self.config),
+            "taxonomy": self.taxonomy,
+            "accuracies": list(self.accuracies),
+            "true_ranks": list(self.true_ranks),
+            "seeds": [
+                {
+                    "seed": result.seed,
+                    "recovered_ranks": list(result.recovered_ranks),
+                    "srcc": result.srcc,
+                    "cases": asdict(result.cases),
+                }
+                for result in self.results
+            ],
+            "srcc": [result.srcc for result in self.results],
+            "srcc_median": self.srcc_median,
+        }
+
+
+def table_1_accuracies(classifiers: int) -> np.ndarray:
+    """`classifiers` accuracies spread over paper Table 1's range, best first (Table 1 itself for 11)."""
+    return np.interp(np.linspace(0, 10, classifiers), np.arange(11), TABLE_1_ACCURACIES)
+
+
+def confusion_cdf(distance: np.ndarray, scale: float) -> np.ndarray:
+    """Row-wise CDF of P(c | y) ∝ exp(−d(y, c) / scale) over c ≠ y: hierarchy-following mistakes."""
+    off_diagonal = np.where(np.eye(len(distance), dtype=bool), np.inf, distance)
+    weights = np.exp(-(off_diagonal - off_diagonal.min(axis=1, keepdims=True)) / scale)
+    cdf = np.cumsum(weights / weights.sum(axis=1, keepdims=True), axis=1)
+    cdf[:, -1] = 1.0
+    return cdf
+
+
+def sample_confusions(true_classes: np.ndarray, cdf: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One wrong class per entry of `true_classes` by inverse-CDF sampling, grouped by true class."""
+    wrong = np.empty(len(true_classes), dtype=np.int64)
+    uniform = rng.random(len(true_classes))
+    order = np.argsort(true_classes, kind="stable")
+    classes, starts = np.unique(true_classes[order], return_index=True)
+    for true_class, members in zip(classes, np.split(order, starts[1:]), strict=True):
+        wrong[members] = np.searchsorted(cdf[true_class], uniform[members], side="right")
+    return wrong
+
+
+@dataclass(frozen=True)
+class SimulatedCorpus:
+    """Objects present in each image (second = −1 when alone) and every classifier's top-1 and confidence."""
+
+    first_object: np.ndarray
+    second_object: np.ndarray
+    labels: np.ndarray
+    probs: np.ndarray
+
+
+def simulate_corpus(
+    accuracies: np.ndarray, distance: np.ndarray, config: SimulationConfig, rng: np.random.Generator
+) -> SimulatedCorpus:
+    """Images with one or two objects; classifiers right per the item-response model, else a nearby class."""
+    n_classes, n = len(distance), config.images
+    first = rng.integers(0, n_classes, n)
+    second = np.where(rng.random(n) < config.second_object_rate, rng.integers(0, n_classes, n), -1)
+    second = np.where(second == first, -1, second)
+    difficulty = rng.standard_normal(n)
+    spread = np.sqrt(1 + config.difficulty_noise**2)
+    slip = config.difficulty_noise * rng.standard_normal((len(accuracies), n))
+    right = difficulty + slip < ndtri(accuracies)[:, None] * spread
+    named_object = np.where((second >= 0) & (rng.random((len(accuracies), n)) < 0.5), second, first)
+    cdf = confusion_cdf(distance, config.confusion_scale)
+    wrong = sample_confusions(np.broadcast_to(first, right.shape).ravel(), cdf, rng).reshape(right.shape)
+    labels = np.where(right, named_object, wrong)
+    confidence_if_right = rng.beta(*RIGHT_CONFIDENCE, right.shape)
+    probs = np.where(right, confidence_if_right, rng.beta(*WRONG_CONFIDENCE, right.shape))
+    return SimulatedCorpus(first, second, labels.astype(np.int32), probs)
+
+
+def panel_answers(truth: np.ndarray, noise: float, panel_size: int, rng: np.random.Generator) -> np.ndarray:
+    """Majority of `panel_size` (odd) annotators who each flip the true yes/no with probability `noise`."""
+    if panel_size % 2 == 0:
+        raise ValueError("panel_size must be odd so that a strict majority always exists")
+    votes = truth[:, None] ^ (rng.random((len(truth), panel_size)) < noise)
+    return votes.sum(axis=1) * 2 > panel_size
+
+
+def run_seed(taxonomy: Taxonomy, accuracies: np.ndarray, config: SimulationConfig, seed: int) -> SeedResult:
+    """One competition: corpus, Algorithm 1 on every pair, one panel answer per question, Perron rank."""
+    corpus_rng, panel_rng = np.random.default_rng(seed).spawn(2)
+    distance = taxonomy.distance_matrix()
+    corpus = simulate_corpus(accuracies, distance, config, corpus_rng)
+    selections = select_all_pairs(
+        corpus.labels,
+        corpus.probs,
+        distance,
+        k=config.k,
+        threshold=config.threshold,
+        max_per_label=config.max_per_label,
+        reserve_size=0,
+    )
+    asked_images = np.concatenate([np.r_[s.selected, s.selected] for s in selections.values()])
+    asked_classes = np.concatenate(
+        [np.r_[s.labels_i[: s.n_selected], s.labels_j[: s.n_selected]] for s in selections.values()]
+    )
+    questions, where = np.unique(asked_images * len(distance) + asked_classes, return_inverse=True)
+    image, named = np.divmod(questions, len(distance))
+    truth = (corpus.first_object[image] == named) | (corpus.second_object[image] == named)
+    answers = panel_answers(truth, config.noise, config.panel_size, panel_rng)[where]
+    outcomes, start = {}, 0
+    for pair, selection in selections.items():
+        size = selection.n_selected
+        outcomes[pair] = (answers[start : start + size], answers[start + size : start + 2 * size])
+        start += 2 * size
+    counts = count_outcomes(outcomes, len(accuracies))
+    scores = perron_rank(dominance_matrix(pairwise_accuracy(counts))).scores
+    recovered = ranks_from_scores(scores)
+    return SeedResult(
+        seed, tuple(recovered.tolist()), srcc(ranks_from_scores(accuracies), recovered), case_shares(counts)
+    )
+
+
+def run_study(config: SimulationConfig, taxonomy: Taxonomy | None = None) -> SimulationStudy:
+    """Seeds 0..config.seeds−1 of `run_seed` with Table-1-like accuracies; SRCC per seed and its median."""
+    if config.classifiers < 2 or config.seeds < 1:
+        raise ValueError("a study needs at least two classifiers and one seed")
+    taxonomy = imagenet_1k() if taxonomy is None else taxonomy
+    accuracies = table_1_accuracies(config.classifiers)
+    results = tuple(run_seed(taxonomy, accuracies, config, seed) for seed in range(config.seeds))
+    return SimulationStudy(
+        config=config,
+        taxonomy=taxonomy.key,
+        accuracies=tuple(float(a) for a in accuracies),
+        true_ranks=tuple(ranks_from_scores(accuracies).tolist()),
+        results=results,
+    )

@@ -1,0 +1,63 @@
+"""`mad taxonomy matrix` and `mad simulate`, registered the way app/cli/main.py registers them."""
+
+import json
+
+import numpy as np
+import typer
+import yaml
+from typer.testing import CliRunner
+
+from app.cli.simulate import simulate
+from app.cli.taxonomy import taxonomy_app
+from app.core.taxonomy import imagenet_1k
+
+cli = typer.Typer()
+cli.add_typer(taxonomy_app, name="taxonomy")
+cli.command()(simulate)
+runner = CliRunner()
+
+
+def test_matrix_imagenet_1k(tmp_path):
+    out = tmp_path / "imagenet.npy"
+    result = runner.invoke(cli, ["taxonomy", "matrix", "imagenet-1k", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    matrix = np.load(out)
+    assert matrix.shape == (1000, 1000) and matrix.dtype == np.float64
+    taxonomy = imagenet_1k()
+    assert matrix[taxonomy.index_of("n03388043"), taxonomy.index_of("n03028079")] == 0.0859375
+
+
+def test_matrix_imagenet_a_and_custom_file(tmp_path):
+    out = tmp_path / "a.npy"
+    assert runner.invoke(cli, ["taxonomy", "matrix", "imagenet-a", "--out", str(out)]).exit_code == 0
+    assert np.load(out).shape == (200, 200)
+    spec = tmp_path / "digits.yaml"
+    children = {"digit": ["round", "straight"], "round": ["0"], "straight": ["1", "7"]}
+    spec.write_text(yaml.safe_dump({"root": "digit", "classes": ["0", "1", "7"], "children": children}))
+    result = runner.invoke(cli, ["taxonomy", "matrix", str(spec), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert np.load(out).tolist() == [[0.0, 3.0, 3.0], [3.0, 0.0, 1.0], [3.0, 1.0, 0.0]]
+
+
+def test_matrix_reports_a_bad_taxonomy(tmp_path):
+    spec = tmp_path / "loop.yaml"
+    spec.write_text("root: a\nclasses: [b]\nchildren: {a: [b], b: [a]}\n")
+    result = runner.invoke(cli, ["taxonomy", "matrix", str(spec), "--out", str(tmp_path / "x.npy")])
+    assert result.exit_code == 1 and "cycle" in result.output
+    result = runner.invoke(cli, ["taxonomy", "matrix", "imagenet-2k", "--out", str(tmp_path / "x.npy")])
+    assert result.exit_code == 1 and "unknown taxonomy" in result.output
+
+
+def test_simulate_json():
+    arguments = ["simulate", "--classifiers", "11", "--k", "30", "--noise", "0.05", "--seeds", "5", "--json"]
+    result = runner.invoke(cli, arguments)
+    assert result.exit_code == 0, result.output
+    study = json.loads(result.output)
+    assert study["srcc_median"] >= 0.9 and len(study["srcc"]) == 5
+    assert study["config"]["classifiers"] == 11 and study["config"]["noise"] == 0.05
+
+
+def test_simulate_table():
+    result = runner.invoke(cli, ["simulate", "--classifiers", "4", "--k", "10", "--seeds", "2"])
+    assert result.exit_code == 0, result.output
+    assert "true rank" in result.output and "median SRCC over 2 seeds" in result.output
