@@ -1,0 +1,28 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Both create .venv on first use.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.installed
+
+.PHONY: install demo test lint serve clean
+
+$(INSTALLED): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet --editable '.[dev]'
+	touch $(INSTALLED)
+
+install: $(INSTALLED)  ## Create .venv and install MAD Arena with its test tools
+
+demo: $(INSTALLED)  ## The digits competition end to end, served at http://127.0.0.1:8000 (ARGS=--simulate)
+	MAD_DATA_DIR=$${MAD_DATA_DIR:-demo-data} $(BIN)/mad demo $(ARGS)
+
+test: $(INSTALLED)  ## Run every test on SQLite and on the Postgres at 127.0.0.1:5432
+	$(BIN)/pytest $(ARGS)
+
+lint: $(INSTALLED)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

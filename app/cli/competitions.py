@@ -1,0 +1,96 @@
+"""`mad competitions`: create a competition and list them."""
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from app.cli.common import console, database_session, fail, load_settings
+from app.competitions import service
+from app.competitions.schemas import CompetitionCreate
+
+competitions_app = typer.Typer(help="Create and list MAD competitions.", no_args_is_help=True)
+
+
+def _taxonomy_spec(taxonomy: str) -> tuple[str, str | None]:
+    """(kind, source) from --taxonomy: a shipped name, wordnet:FILE, or a custom taxonomy file."""
+    if taxonomy in ("imagenet-1k", "imagenet-a"):
+        return taxonomy, None
+    kind, path = (
+        ("wordnet", Path(taxonomy[len("wordnet:") :]))
+        if taxonomy.startswith("wordnet:")
+        else (
+            "custom",
+            Path(taxonomy),
+        )
+    )
+    if not path.is_file():
+        fail(f"--taxonomy {taxonomy!r}: use imagenet-1k, imagenet-a, wordnet:FILE or a taxonomy file's path")
+    return kind, path.read_text(encoding="utf-8")
+
+
+@competitions_app.command("create")
+def create(
+    name: str = typer.Argument(..., help="Lowercase slug, e.g. imagenet-flickr."),
+    taxonomy: str = typer.Option(
+        "imagenet-1k",
+        help="imagenet-1k or imagenet-a (shipped WordNet hierarchy), wordnet:FILE (one synset per line, "
+        "needs WordNet data for nltk), or the path of a custom YAML/JSON taxonomy file.",
+    ),
+    description: str = typer.Option("", help="Shown on the home page."),
+    k: int = typer.Option(30, help="Images selected per classifier pair (paper: 30)."),
+    threshold: float = typer.Option(
+        0.8, help="Confidence threshold T: both top-1 probabilities ≥ T (paper: 0.8)."
+    ),
+    max_per_label: int = typer.Option(
+        3, help="At most this many selected images per predicted label (paper: 3)."
+    ),
+    panel: int = typer.Option(5, help="Annotators per question, odd; the majority decides (paper: 5)."),
+    smoothing: float = typer.Option(1.0, help="Laplace pseudo-count α in (correct + α) / (n + 2α)."),
+) -> None:
+    """Create a competition: its label set comes from the taxonomy, in the classifiers' output order."""
+    kind, source = _taxonomy_spec(taxonomy)
+    try:
+        spec = CompetitionCreate(
+            name=name,
+            description=description,
+            taxonomy=kind,
+            taxonomy_source=source,
+            k=k,
+            confidence_threshold=threshold,
+            max_per_label=max_per_label,
+            panel_size=panel,
+            smoothing=smoothing,
+        )
+    except ValueError as error:
+        fail(str(error))
+    with database_session(load_settings()) as session:
+        competition = service.create_competition(db_session=session, spec=spec)
+        classes = len(competition.class_keys)
+    console.print(f"Created competition [bold]{name}[/] with {classes} classes ({kind}).")
+    console.print(f"Next: mad images import PATH --competition {name}")
+
+
+@competitions_app.command("list")
+def list_competitions() -> None:
+    """Show every competition with its parameters and image count."""
+    with database_session(load_settings()) as session:
+        counts = service.image_counts(db_session=session)
+        rows = [
+            service.to_read(c, counts.get(c.id, 0)) for c in service.list_competitions(db_session=session)
+        ]
+    if not rows:
+        fail("no competitions yet: create one with `mad competitions create NAME`")
+    table = Table("id", "name", "taxonomy", "classes", "images", "k", "T", "panel")
+    for row in rows:
+        table.add_row(
+            str(row.id),
+            row.name,
+            row.taxonomy,
+            str(row.num_classes),
+            str(row.image_count),
+            str(row.k),
+            str(row.confidence_threshold),
+            str(row.panel_size),
+        )
+    console.print(table)

@@ -1,0 +1,53 @@
+"""The `mad` command line: database, server, accounts, competitions, images, classifiers, workers."""
+
+import typer
+
+from app.cli.classifiers import classifiers_app
+from app.cli.common import fail, load_settings
+from app.cli.competitions import competitions_app
+from app.cli.db import db_app
+from app.cli.demo import demo
+from app.cli.images import images_app
+from app.cli.simulate import simulate
+from app.cli.taxonomy import taxonomy_app
+from app.cli.users import users_app
+from app.cli.worker import jobs, worker
+
+app = typer.Typer(
+    help="MAD Arena: rank image classifiers by the MAximum Discrepancy competition.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(db_app, name="db")
+app.add_typer(users_app, name="users")
+app.add_typer(competitions_app, name="competitions")
+app.add_typer(images_app, name="images")
+app.add_typer(classifiers_app, name="classifiers")
+app.add_typer(taxonomy_app, name="taxonomy")
+app.command()(worker)
+app.command()(jobs)
+app.command()(simulate)
+app.command()(demo)
+
+
+@app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1", help="Interface to listen on (0.0.0.0 for every interface)."),
+    port: int = typer.Option(8000, help="TCP port."),
+    workers: int = typer.Option(1, min=1, help="Server processes."),
+) -> None:
+    """Serve the web pages and the REST API (OpenAPI at /docs) with uvicorn."""
+    import uvicorn
+
+    from app.db import create_db_engine
+    from app.migrate import DatabaseNotReady, check_current
+
+    settings = load_settings()
+    engine = create_db_engine(settings.sqlalchemy_url)
+    try:
+        check_current(engine)
+    except DatabaseNotReady as error:
+        fail(str(error))
+    finally:
+        engine.dispose()
+    uvicorn.run("app.main:create_app", factory=True, host=host, port=port, workers=workers)

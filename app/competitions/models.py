@@ -1,0 +1,38 @@
+"""A MAD competition: a label set with its taxonomy, an image corpus and the selection parameters."""
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, CheckConstraint, String, Text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db import Base, utcnow
+
+
+class Competition(Base):
+    """One MAD competition (paper Algorithm 1) with its parameters k, T, label cap, panel and smoothing."""
+
+    __tablename__ = "competitions"
+    __table_args__ = (
+        CheckConstraint("k >= 1", name="k_positive"),
+        CheckConstraint("confidence_threshold >= 0 AND confidence_threshold <= 1", name="threshold_unit"),
+        CheckConstraint("max_per_label >= 1", name="max_per_label_positive"),
+        CheckConstraint("panel_size >= 1 AND panel_size % 2 = 1", name="panel_odd"),
+        CheckConstraint("smoothing >= 0", name="smoothing_nonnegative"),
+        CheckConstraint("gold_rate >= 0 AND gold_rate < 1", name="gold_rate_unit"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    description: Mapped[str] = mapped_column(Text, default="")
+    taxonomy: Mapped[str] = mapped_column(String(64))
+    taxonomy_source: Mapped[str | None] = mapped_column(Text)
+    class_keys: Mapped[list[Any]] = mapped_column(JSON)
+    class_names: Mapped[list[Any]] = mapped_column(JSON)
+    k: Mapped[int] = mapped_column(default=30)
+    confidence_threshold: Mapped[float] = mapped_column(default=0.8)
+    max_per_label: Mapped[int] = mapped_column(default=3)
+    panel_size: Mapped[int] = mapped_column(default=5)
+    smoothing: Mapped[float] = mapped_column(default=1.0)
+    gold_rate: Mapped[float] = mapped_column(default=0.0)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -1,0 +1,160 @@
+"""Database engine, declarative base and the request-scoped session."""
+
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy import DateTime, Engine, Enum, MetaData, create_engine, event
+from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
+from sqlalchemy.types import TypeDecorator
+
+from app.errors import InvalidInput
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC datetime on every backend (SQLite stores it naive, as UTC)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect) -> datetime | None:
+        """Refuse naive datetimes; store UTC."""
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect) -> datetime | None:
+        """Read back as an aware UTC datetime."""
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    """Declarative base with constraint names Alembic can rely on."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {datetime: UTCDateTime}
+
+
+def str_enum(enum_class: type[StrEnum], length: int = 16) -> Enum:
+    """A VARCHAR column holding the enum's values, read back as enum members."""
+    return Enum(
+        enum_class,
+        native_enum=False,
+        length=length,
+        values_callable=lambda members: [member.value for member in members],
+        validate_strings=True,
+    )
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware UTC."""
+    return datetime.now(UTC)
+
+
+def create_db_engine(url: str, pool_size: int = 5, **kwargs) -> Engine:
+    """An engine for Postgres or SQLite; SQLite gets WAL, foreign keys and write-serialising transactions.
+
+    On both, a value no column can hold (an integer beyond 64 bits, text with a NUL character) is refused
+    as InvalidInput before it reaches the driver, which would otherwise fail with a server error.
+    """
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"timeout": 60, "check_same_thread": False}, **kwargs)
+        event.listen(engine, "connect", _configure_sqlite_connection)
+        event.listen(engine, "begin", _begin_immediate)
+    else:
+        # No overflow: connections opened and closed per request under load cost more than waiting for one.
+        engine = create_engine(url, pool_pre_ping=True, pool_size=pool_size, max_overflow=0, **kwargs)
+    event.listen(engine, "before_cursor_execute", _refuse_unstorable_values)
+    return engine
+
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _refuse_unstorable_values(_connection, _cursor, _statement, parameters, _context, _executemany) -> None:
+    """InvalidInput for a bound integer outside 64 bits or a string holding NUL (no column can store them)."""
+    for value in _bound_values(parameters):
+        if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+            raise InvalidInput(f"the number {value} is out of range (64-bit integers only)")
+        if isinstance(value, str) and "\x00" in value:
+            raise InvalidInput("text may not contain NUL characters")
+
+
+def _bound_values(parameters) -> Iterator:
+    """Every value of a statement's parameters: one row or many, each a mapping or a sequence."""
+    for item in parameters.values() if isinstance(parameters, dict) else parameters or ():
+        if isinstance(item, dict):
+            yield from item.values()
+        elif isinstance(item, tuple | list):
+            yield from item
+        else:
+            yield item
+
+
+def _configure_sqlite_connection(dbapi_connection, _record) -> None:
+    """Let SQLAlchemy issue BEGIN itself (pysqlite's own is broken for savepoints) and tune SQLite."""
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    for pragma in (
+        "PRAGMA journal_mode=WAL",
+        "PRAGMA synchronous=NORMAL",
+        "PRAGMA foreign_keys=ON",
+        "PRAGMA busy_timeout=60000",
+    ):
+        cursor.execute(pragma)
+    cursor.close()
+
+
+def _begin_immediate(connection) -> None:
+    """Take SQLite's write lock at BEGIN, so concurrent writers queue instead of failing mid-transaction."""
+    connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def create_sessionmaker(engine: Engine) -> sessionmaker[Session]:
+    """Sessions that keep loaded objects usable after commit."""
+    return sessionmaker(bind=engine, expire_on_commit=False)
+
+
+async def sqlite_request_gate(request: Request) -> AsyncIterator[None]:
+    """On SQLite, let one request at a time use the database, queueing the rest on the event loop.
+
+    SQLite has one writer; requests waiting for its lock inside worker threads can take every thread of
+    the pool and leave the lock holder none to commit in (a deadlock until the busy timeout). Waiting
+    here, before a thread is taken, cannot starve the holder. Postgres requests pass straight through.
+    """
+    gate = request.app.state.sqlite_gate
+    if gate is None:
+        yield
+        return
+    async with gate:
+        yield
+
+
+def get_session(
+    request: Request, _turn: Annotated[None, Depends(sqlite_request_gate, scope="function")]
+) -> Iterator[Session]:
+    """One session per request, committed once when the endpoint returns, rolled back on error."""
+    with request.app.state.sessionmaker() as session:
+        try:
+            yield session
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise
+
+
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]

@@ -1,0 +1,87 @@
+"""The FastAPI application factory: `uvicorn --factory app.main:create_app`."""
+
+import asyncio
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+from sqlalchemy import text
+from starlette.middleware.sessions import SessionMiddleware
+
+from app.admin.pages import router as admin_pages_router
+from app.classifiers.router import router as classifiers_router
+from app.competitions.router import router as competitions_router
+from app.db import SessionDep, create_db_engine, create_sessionmaker
+from app.errors import install_error_handlers
+from app.images.router import router as images_router
+from app.images.store import ImageStore
+from app.jobs.router import router as jobs_router
+from app.labelling.pages import router as labelling_pages_router
+from app.labelling.router import router as labelling_router
+from app.leaderboard.pages import router as leaderboard_pages_router
+from app.leaderboard.router import router as leaderboard_router
+from app.settings import Settings
+from app.users.rate_limit import LoginRateLimiter
+from app.users.router import router as users_router
+from app.web.router import router as web_router
+
+STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
+
+API_DESCRIPTION = """
+MAD Arena ranks image classifiers by the **MAximum Discrepancy competition** (Wang et al., ICLR 2020):
+for every pair of classifiers it selects the unlabelled images where their predictions differ most,
+asks annotators two yes/no questions per image, and aggregates pairwise accuracies into a Perron rank.
+
+Authentication: REST clients send `Authorization: Bearer <token>` (make one with `mad users token NAME`);
+browser pages use a session cookie, and state-changing cookie requests need the `X-CSRF-Token` header.
+Errors come as `{"detail": "<what went wrong>", "code": "<kind>"}`.
+"""
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the application: database engine, image store, sessions, routers, static files."""
+    settings = settings or Settings()
+    engine = create_db_engine(settings.sqlalchemy_url, pool_size=settings.db_pool_size)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        yield
+        engine.dispose()
+
+    app = FastAPI(title="MAD Arena", version="0.1.0", description=API_DESCRIPTION, lifespan=lifespan)
+    app.state.settings = settings
+    app.state.engine = engine
+    app.state.sessionmaker = create_sessionmaker(engine)
+    app.state.sqlite_gate = asyncio.Lock() if engine.dialect.name == "sqlite" else None
+    app.state.image_store = ImageStore(settings.data_dir)
+    app.state.login_limiter = LoginRateLimiter(settings.login_max_failures, settings.login_window_s)
+    app.add_middleware(
+        SessionMiddleware,
+        secret_key=settings.secret_key,
+        session_cookie="mad_session",
+        max_age=settings.session_max_age_s,
+        same_site="lax",
+        https_only=settings.env == "production",
+    )
+    install_error_handlers(app)
+    app.include_router(users_router)
+    app.include_router(competitions_router)
+    app.include_router(images_router)
+    app.include_router(labelling_router)
+    app.include_router(labelling_pages_router)
+    app.include_router(classifiers_router)
+    app.include_router(jobs_router)
+    app.include_router(leaderboard_router)
+    app.include_router(leaderboard_pages_router)
+    app.include_router(admin_pages_router)
+    app.include_router(web_router)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+
+    @app.get("/healthz", tags=["health"], summary="Liveness and database check")
+    def healthz(db_session: SessionDep) -> dict[str, str]:
+        """200 with {"status": "ok"} when the service can reach its database."""
+        db_session.execute(text("SELECT 1"))
+        return {"status": "ok"}
+
+    return app

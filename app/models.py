@@ -1,0 +1,39 @@
+"""Every table, imported in one place so Alembic and the tests see the whole schema."""
+
+from app.classifiers.models import Classifier
+from app.competitions.models import Competition
+from app.db import Base
+from app.images.models import CompetitionImage, Image
+from app.jobs.models import Job
+from app.labelling.models import (
+    Assignment,
+    DifficultyFlag,
+    LabelItem,
+    PairImage,
+    PairSubset,
+    Question,
+    UndoDepth,
+    Vote,
+)
+from app.leaderboard.models import LeaderboardSnapshot
+from app.users.models import ApiToken, User
+
+__all__ = [
+    "ApiToken",
+    "Assignment",
+    "Base",
+    "Classifier",
+    "Competition",
+    "CompetitionImage",
+    "DifficultyFlag",
+    "Image",
+    "Job",
+    "LabelItem",
+    "LeaderboardSnapshot",
+    "PairImage",
+    "PairSubset",
+    "Question",
+    "UndoDepth",
+    "User",
+    "Vote",
+]

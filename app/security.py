@@ -1,0 +1,47 @@
+"""Secrets: password hashing (Argon2id), API tokens (random, stored as SHA-256) and CSRF tokens."""
+
+import hashlib
+import hmac
+import secrets
+
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
+
+_password_hasher = PasswordHasher()
+
+API_TOKEN_PREFIX = "mad_"
+
+
+def hash_password(password: str) -> str:
+    """Argon2id hash of a password, salted, in PHC string format."""
+    return _password_hasher.hash(password)
+
+
+def verify_password(password_hash: str | None, password: str) -> bool:
+    """True when the password matches the stored Argon2 hash."""
+    if not password_hash:
+        return False
+    try:
+        return _password_hasher.verify(password_hash, password)
+    except (VerificationError, InvalidHashError):
+        return False
+
+
+def new_api_token() -> str:
+    """A fresh bearer token: 'mad_' and 43 URL-safe characters (256 random bits)."""
+    return API_TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+def hash_api_token(token: str) -> str:
+    """SHA-256 hex of a token; tokens have 256 bits of entropy, so a fast hash is safe and allows lookup."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_csrf_token() -> str:
+    """A random token bound to one browser session."""
+    return secrets.token_urlsafe(32)
+
+
+def same_secret(a: str | None, b: str | None) -> bool:
+    """Constant-time comparison of two secrets; missing values never match (any text may be sent)."""
+    return bool(a) and bool(b) and hmac.compare_digest(a.encode(), b.encode())

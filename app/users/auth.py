@@ -1,0 +1,133 @@
+"""Who is calling: a bearer token (REST clients, workers) or a signed session cookie (browser pages).
+
+Cookie-authenticated requests that change state must carry the session's CSRF token, in the
+X-CSRF-Token header (JavaScript, htmx) or a csrf_token form field (plain forms).
+"""
+
+from typing import Annotated
+from urllib.parse import quote
+
+from fastapi import Depends, Request
+from fastapi.responses import RedirectResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from app.db import SessionDep
+from app.errors import Forbidden, NotAuthenticated
+from app.security import new_csrf_token, same_secret
+from app.users import service
+from app.users.models import Role, User
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+CSRF_HEADER = "X-CSRF-Token"
+CSRF_FIELD = "csrf_token"
+
+bearer_scheme = HTTPBearer(auto_error=False, description="An API token made with `mad users token USERNAME`.")
+
+
+def csrf_token_for(request: Request) -> str:
+    """The CSRF token of this browser session, created on first use."""
+    token = request.session.get("csrf")
+    if not token:
+        token = new_csrf_token()
+        request.session["csrf"] = token
+    return token
+
+
+async def check_csrf(request: Request) -> None:
+    """Refuse a state-changing request whose CSRF token (header or form field) does not match the session's.
+
+    Form-posting pages declare this dependency (it reads the form, so it is async and touches no database);
+    JSON requests authenticated by the cookie are checked in `optional_user` through the header.
+    """
+    if request.method in SAFE_METHODS:
+        return
+    sent = request.headers.get(CSRF_HEADER)
+    if sent is None and request.headers.get("content-type", "").startswith(
+        ("application/x-www-form-urlencoded", "multipart/form-data")
+    ):
+        sent = (await request.form()).get(CSRF_FIELD)
+    if not same_secret(request.session.get("csrf"), sent if isinstance(sent, str) else None):
+        raise Forbidden("missing or wrong CSRF token: reload the page and try again")
+    request.state.csrf_checked = True
+
+
+def _require_csrf_header(request: Request) -> None:
+    """A cookie-authenticated state change needs the X-CSRF-Token header (or a page's check_csrf)."""
+    if request.method in SAFE_METHODS or getattr(request.state, "csrf_checked", False):
+        return
+    if not same_secret(request.session.get("csrf"), request.headers.get(CSRF_HEADER)):
+        raise Forbidden("missing or wrong CSRF token: reload the page and try again")
+
+
+def optional_user(
+    request: Request,
+    db_session: SessionDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
+) -> User | None:
+    """The caller, from a bearer token or else the session cookie; None when anonymous.
+
+    Synchronous on purpose: database work must not run on the event loop.
+    """
+    if credentials is not None:
+        user = service.user_for_token(db_session=db_session, token=credentials.credentials)
+        if user is None:
+            raise NotAuthenticated("invalid or revoked API token")
+        return user
+    user_id = request.session.get("user_id")
+    if user_id is None:
+        return None
+    user = db_session.get(User, user_id)
+    if user is None or not user.is_active:
+        request.session.clear()
+        return None
+    _require_csrf_header(request)
+    return user
+
+
+OptionalUser = Annotated[User | None, Depends(optional_user)]
+
+
+async def current_user(user: OptionalUser) -> User:
+    """The signed-in caller, or 401 (async: it only inspects the loaded user, so it needs no thread)."""
+    if user is None:
+        raise NotAuthenticated("sign in or send an API token (Authorization: Bearer mad_…)")
+    return user
+
+
+CurrentUser = Annotated[User, Depends(current_user)]
+
+
+def check_role(user: User, roles: tuple[Role, ...]) -> User:
+    """The user when their role is one of `roles`, else 403 naming the roles needed."""
+    if user.role not in roles:
+        allowed = " or ".join(r.value for r in roles)
+        raise Forbidden(f"this needs the {allowed} role; you are signed in as {user.role.value}")
+    return user
+
+
+def page_user(request: Request, user: User | None, *roles: Role) -> User | RedirectResponse:
+    """For a browser page: the user when their role fits, a redirect to sign in for a visitor, else 403."""
+    if user is None:
+        return RedirectResponse(f"/login?next={quote(request.url.path)}", status_code=303)
+    return check_role(user, roles)
+
+
+def require_roles(*roles: Role):
+    """A dependency admitting only callers with one of these roles (401 anonymous, 403 otherwise)."""
+
+    async def dependency(user: CurrentUser) -> User:
+        return check_role(user, roles)
+
+    dependency.__name__ = "require_" + "_or_".join(r.value for r in roles)
+    return dependency
+
+
+ADMIN_ROLES = (Role.admin,)
+ANNOTATOR_ROLES = (Role.annotator, Role.admin)
+require_admin = require_roles(*ADMIN_ROLES)
+require_annotator = require_roles(*ANNOTATOR_ROLES)
+require_worker = require_roles(Role.worker, Role.admin)
+
+AdminUser = Annotated[User, Depends(require_admin)]
+AnnotatorUser = Annotated[User, Depends(require_annotator)]
+WorkerUser = Annotated[User, Depends(require_worker)]

@@ -1,0 +1,51 @@
+"""Request and response bodies for accounts and tokens."""
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.users.models import Role
+
+USERNAME_PATTERN = r"^[A-Za-z0-9_.@-]{1,64}$"
+
+
+class UserCreate(BaseModel):
+    """A new account: people need a password, workers use tokens."""
+
+    username: str = Field(pattern=USERNAME_PATTERN, examples=["alice"])
+    role: Role
+    password: str | None = Field(default=None, min_length=8, max_length=200)
+
+
+class UserUpdate(BaseModel):
+    """Pause or resume an account, or exclude its votes from every outcome."""
+
+    is_active: bool | None = None
+    votes_excluded: bool | None = None
+
+
+class UserRead(BaseModel):
+    """An account as the API shows it (never its secrets)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    username: str
+    role: Role
+    is_active: bool
+    votes_excluded: bool
+    created_at: datetime
+
+
+class TokenCreate(BaseModel):
+    """A label for a new API token, to tell tokens apart."""
+
+    name: str = Field(default="api", min_length=1, max_length=100)
+
+
+class TokenCreated(BaseModel):
+    """A new API token: shown once, store it now."""
+
+    user_id: int
+    name: str
+    token: str

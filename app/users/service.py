@@ -1,0 +1,99 @@
+"""Accounts and API tokens: create, authenticate, pause."""
+
+from datetime import timedelta
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from app.db import utcnow
+from app.errors import Conflict, InvalidInput, NotFound
+from app.security import hash_api_token, hash_password, new_api_token, verify_password
+from app.users.models import ApiToken, Role, User
+
+MIN_PASSWORD_LENGTH = 8
+TOKEN_USE_RESOLUTION = timedelta(minutes=1)
+
+
+def create_user(*, db_session: Session, username: str, role: Role, password: str | None) -> User:
+    """Add an account; people need a password of 8+ characters, workers sign in with tokens only."""
+    if db_session.scalar(select(User.id).where(User.username == username)) is not None:
+        raise Conflict(f"a user named {username!r} already exists")
+    if role != Role.worker and (password is None or len(password) < MIN_PASSWORD_LENGTH):
+        raise InvalidInput(f"a password of at least {MIN_PASSWORD_LENGTH} characters is required")
+    user = User(username=username, role=role, password_hash=hash_password(password) if password else None)
+    db_session.add(user)
+    db_session.flush()
+    return user
+
+
+def get_user(*, db_session: Session, user_id: int) -> User:
+    """The user with this id, or NotFound."""
+    user = db_session.get(User, user_id)
+    if user is None:
+        raise NotFound(f"no user with id {user_id}")
+    return user
+
+
+def get_user_by_name(*, db_session: Session, username: str) -> User:
+    """The user with this username, or NotFound."""
+    user = db_session.scalar(select(User).where(User.username == username))
+    if user is None:
+        raise NotFound(f"no user named {username!r}")
+    return user
+
+
+def list_users(*, db_session: Session) -> list[User]:
+    """Every account, oldest first."""
+    return list(db_session.scalars(select(User).order_by(User.id)))
+
+
+def authenticate(*, db_session: Session, username: str, password: str) -> User | None:
+    """The active user with this username and password, else None."""
+    user = db_session.scalar(select(User).where(User.username == username))
+    if user is None or not user.is_active or not verify_password(user.password_hash, password):
+        return None
+    return user
+
+
+def create_api_token(*, db_session: Session, user: User, name: str) -> str:
+    """Issue a new bearer token for a user; the plain token is returned once and never stored."""
+    token = new_api_token()
+    db_session.add(ApiToken(user_id=user.id, name=name, token_hash=hash_api_token(token)))
+    db_session.flush()
+    return token
+
+
+def user_for_token(*, db_session: Session, token: str) -> User | None:
+    """The active user owning this bearer token, else None; records when the token was last used."""
+    api_token = db_session.scalar(select(ApiToken).where(ApiToken.token_hash == hash_api_token(token)))
+    if api_token is None:
+        return None
+    user = db_session.get(User, api_token.user_id)
+    if user is None or not user.is_active:
+        return None
+    now = utcnow()
+    if api_token.last_used_at is None or now - api_token.last_used_at > TOKEN_USE_RESOLUTION:
+        api_token.last_used_at = now
+    return user
+
+
+LOCAL_WORKER = "local-worker"
+LOCAL_WORKER_TOKEN_NAME = "embedded"
+
+
+def local_worker_token(*, db_session: Session) -> str:
+    """A fresh token of this machine's worker account (made on first use); its older tokens are revoked."""
+    user = db_session.scalar(select(User).where(User.username == LOCAL_WORKER))
+    if user is None:
+        user = create_user(db_session=db_session, username=LOCAL_WORKER, role=Role.worker, password=None)
+    db_session.execute(
+        delete(ApiToken).where(ApiToken.user_id == user.id, ApiToken.name == LOCAL_WORKER_TOKEN_NAME)
+    )
+    return create_api_token(db_session=db_session, user=user, name=LOCAL_WORKER_TOKEN_NAME)
+
+
+def set_active(*, db_session: Session, user: User, is_active: bool) -> User:
+    """Pause (False) or resume (True) an account; a paused account cannot sign in or use its tokens."""
+    user.is_active = is_active
+    db_session.flush()
+    return user

@@ -1,0 +1,235 @@
+"""Shared fixtures: every database test runs on SQLite and on the real Postgres.
+
+Each test session migrates one fresh database per backend with Alembic (the only way the schema is
+made). `db_session` binds a test to a transaction that is rolled back at the end; `fresh_database_url`
+gives a test its own committed database (for CLI, worker and concurrency tests).
+"""
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine, make_url
+from sqlalchemy.orm import Session
+
+from app.db import create_db_engine, get_session
+from app.main import create_app
+from app.migrate import upgrade
+from app.settings import Settings
+from app.users import service as users_service
+from app.users.models import Role, User
+
+POSTGRES_URL = os.environ.get("MAD_TEST_POSTGRES_URL", "postgresql+psycopg://root@127.0.0.1:5432/postgres")
+BACKENDS = ("sqlite", "postgres")
+TEST_SECRET_KEY = "test-secret-key-" + "x" * 32
+TEST_PASSWORD = "correct horse battery"
+
+
+def _postgres_admin() -> psycopg.Connection:
+    """An autocommit connection to the Postgres server, or a failure that says how to start it."""
+    url = make_url(POSTGRES_URL)
+    try:
+        return psycopg.connect(
+            host=url.host, port=url.port or 5432, user=url.username, dbname=url.database, autocommit=True
+        )
+    except psycopg.OperationalError as error:
+        pytest.fail(
+            f"Postgres is not reachable at {url.render_as_string()} ({error}). Start it with "
+            "`pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start` "
+            "or point MAD_TEST_POSTGRES_URL at a server where this user may create databases."
+        )
+
+
+def _postgres_database_url(name: str) -> str:
+    """The URL of database `name` on the test server."""
+    return make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
+
+
+class DatabaseFactory:
+    """Makes migrated databases for one backend: a template migrated once, then cheap copies."""
+
+    def __init__(self, backend: str, workdir: Path):
+        self.backend = backend
+        self.workdir = workdir
+        self.created: list[str] = []
+        self.template = self._new_name()
+        if backend == "sqlite":
+            self.template_path = workdir / f"{self.template}.sqlite3"
+            upgrade(f"sqlite:///{self.template_path}")
+        else:
+            with _postgres_admin() as admin:
+                admin.execute(f'CREATE DATABASE "{self.template}"')
+            self.created.append(self.template)
+            upgrade(_postgres_database_url(self.template))
+
+    def _new_name(self) -> str:
+        """A database name unique to this test run."""
+        return f"mad_test_{uuid.uuid4().hex[:12]}"
+
+    def empty_url(self) -> str:
+        """A new, empty (unmigrated) database."""
+        name = self._new_name()
+        if self.backend == "sqlite":
+            return f"sqlite:///{self.workdir / name}.sqlite3"
+        with _postgres_admin() as admin:
+            admin.execute(f'CREATE DATABASE "{name}"')
+        self.created.append(name)
+        return _postgres_database_url(name)
+
+    def migrated_url(self) -> str:
+        """A new database at the latest migration, copied from the template."""
+        name = self._new_name()
+        if self.backend == "sqlite":
+            path = self.workdir / f"{name}.sqlite3"
+            shutil.copyfile(self.template_path, path)
+            return f"sqlite:///{path}"
+        with _postgres_admin() as admin:
+            admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"')
+        self.created.append(name)
+        return _postgres_database_url(name)
+
+    def drop_all(self) -> None:
+        """Remove every Postgres database this factory made (SQLite files go with the tmp dir)."""
+        if not self.created:
+            return
+        with _postgres_admin() as admin:
+            for name in reversed(self.created):
+                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def database_factory(request, tmp_path_factory) -> Iterator[DatabaseFactory]:
+    """One backend's database factory; tests using it run once per backend."""
+    factory = DatabaseFactory(request.param, tmp_path_factory.mktemp(request.param))
+    yield factory
+    factory.drop_all()
+
+
+@pytest.fixture(scope="session")
+def backend(database_factory: DatabaseFactory) -> str:
+    """'sqlite' or 'postgres'."""
+    return database_factory.backend
+
+
+@pytest.fixture(scope="session")
+def database_url(database_factory: DatabaseFactory) -> str:
+    """The shared migrated database of this backend (tests on it roll back)."""
+    return database_factory.migrated_url()
+
+
+@pytest.fixture(scope="session")
+def engine(database_url: str) -> Iterator[Engine]:
+    """An engine on the shared database."""
+    engine = create_db_engine(database_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def db_session(engine: Engine) -> Iterator[Session]:
+    """A session inside a transaction rolled back after the test.
+
+    Its commits release savepoints, so fixtures commit their setup and a failed request's rollback
+    undoes only that request's work, as with a real database.
+    """
+    with engine.connect() as connection:
+        transaction = connection.begin()
+        session = Session(bind=connection, join_transaction_mode="create_savepoint", expire_on_commit=False)
+        try:
+            yield session
+        finally:
+            session.close()
+            transaction.rollback()
+
+
+@pytest.fixture
+def fresh_database_url(database_factory: DatabaseFactory) -> str:
+    """A database of its own for a test that must commit for real."""
+    return database_factory.migrated_url()
+
+
+@pytest.fixture
+def settings(tmp_path: Path, database_url: str) -> Settings:
+    """Test settings: the shared database, a temporary data dir."""
+    return Settings(
+        env="test", data_dir=tmp_path / "data", database_url=database_url, secret_key=TEST_SECRET_KEY
+    )
+
+
+@pytest.fixture
+def app(settings: Settings, db_session: Session):
+    """The application with its request sessions bound to the test's rolled-back transaction."""
+    application = create_app(settings)
+
+    def session_in_test_transaction() -> Iterator[Session]:
+        try:
+            yield db_session
+            db_session.commit()
+        except BaseException:
+            db_session.rollback()
+            raise
+
+    application.dependency_overrides[get_session] = session_in_test_transaction
+    return application
+
+
+@pytest.fixture
+def client(app) -> Iterator[TestClient]:
+    """An anonymous HTTP client."""
+    with TestClient(app) as test_client:
+        yield test_client
+
+
+def make_user(db_session: Session, username: str, role: Role) -> User:
+    """An account with the test password."""
+    password = None if role == Role.worker else TEST_PASSWORD
+    user = users_service.create_user(db_session=db_session, username=username, role=role, password=password)
+    db_session.commit()
+    return user
+
+
+def bearer(db_session: Session, user: User) -> dict[str, str]:
+    """Authorization headers carrying a new token of this user."""
+    token = users_service.create_api_token(db_session=db_session, user=user, name="test")
+    db_session.commit()
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture
+def admin(db_session: Session) -> User:
+    """An admin account."""
+    return make_user(db_session, "admin", Role.admin)
+
+
+@pytest.fixture
+def annotator(db_session: Session) -> User:
+    """An annotator account."""
+    return make_user(db_session, "annotator", Role.annotator)
+
+
+@pytest.fixture
+def admin_headers(db_session: Session, admin: User) -> dict[str, str]:
+    """Bearer headers of the admin."""
+    return bearer(db_session, admin)
+
+
+@pytest.fixture
+def annotator_headers(db_session: Session, annotator: User) -> dict[str, str]:
+    """Bearer headers of the annotator."""
+    return bearer(db_session, annotator)
+
+
+@pytest.fixture
+def competition(db_session: Session):
+    """An ImageNet-1k competition with the paper's parameters."""
+    from app.competitions.schemas import CompetitionCreate
+    from app.competitions.service import create_competition
+
+    competition = create_competition(db_session=db_session, spec=CompetitionCreate(name="test-competition"))
+    db_session.commit()
+    return competition

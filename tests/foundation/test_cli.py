@@ -1,0 +1,118 @@
+"""The `mad` command line against a real database: setup, accounts, competitions, image import."""
+
+import os
+
+import pytest
+from sqlalchemy import func, select
+from typer.testing import CliRunner
+
+from app.cli.main import app as cli
+from app.db import create_db_engine, create_sessionmaker
+from app.images.models import CompetitionImage, Image
+from app.users.models import User
+from tests.support.images import image_bytes, write_images
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def cli_env(tmp_path, fresh_database_url):
+    """Environment for a CLI run on a database of its own."""
+    return {
+        "MAD_DATABASE_URL": fresh_database_url,
+        "MAD_DATA_DIR": str(tmp_path / "data"),
+        "MAD_ENV": "development",
+    }
+
+
+def invoke(env, *args, input=None):
+    return runner.invoke(cli, list(args), env=env, input=input, catch_exceptions=False)
+
+
+def query(url, statement):
+    engine = create_db_engine(url)
+    try:
+        with create_sessionmaker(engine)() as session:
+            return session.execute(statement).all()
+    finally:
+        engine.dispose()
+
+
+def test_every_command_explains_itself():
+    for command in (
+        ["--help"],
+        ["db", "upgrade", "--help"],
+        ["serve", "--help"],
+        ["users", "add", "--help"],
+        ["competitions", "create", "--help"],
+        ["images", "import", "--help"],
+    ):
+        result = runner.invoke(cli, command, terminal_width=200)
+        assert result.exit_code == 0, command
+        assert "Usage" in result.output
+
+
+def test_db_upgrade_makes_an_empty_database_usable(database_factory, tmp_path):
+    env = {"MAD_DATABASE_URL": database_factory.empty_url(), "MAD_DATA_DIR": str(tmp_path / "data")}
+    refused = invoke(env, "users", "list")
+    assert refused.exit_code == 1 and "mad db upgrade" in refused.output
+    assert invoke(env, "db", "upgrade").exit_code == 0
+    assert invoke(env, "users", "add", "root", "--role", "admin", "--password", "long enough").exit_code == 0
+
+
+def test_users_add_prompts_for_a_password_and_can_issue_a_token(cli_env):
+    result = invoke(
+        cli_env, "users", "add", "alice", "--role", "annotator", "--token", input="s3cret-pass\ns3cret-pass\n"
+    )
+    assert result.exit_code == 0, result.output
+    assert "mad_" in result.output
+    (user,) = query(cli_env["MAD_DATABASE_URL"], select(User))
+    assert user[0].username == "alice" and user[0].password_hash.startswith("$argon2id$")
+    again = invoke(cli_env, "users", "add", "alice", "--password", "whatever12")
+    assert again.exit_code == 1 and "already exists" in again.output
+
+
+def test_import_of_a_thousand_images_with_bad_ones_and_a_duplicate(cli_env, tmp_path):
+    folder = tmp_path / "corpus"
+    write_images(folder, 1000)
+    (folder / "duplicate.png").write_bytes((folder / "part0" / "image_00000.png").read_bytes())
+    (folder / "truncated.jpg").write_bytes(image_bytes(5000, "JPEG")[:150])
+    (folder / "readme.txt").write_text("not an image")
+    (folder / "animation.gif").write_bytes(image_bytes(5001, "GIF"))
+    os.symlink("/etc/hostname", folder / "escape.png")
+
+    assert invoke(cli_env, "competitions", "create", "corpus-test").exit_code == 0
+    result = runner.invoke(
+        cli, ["images", "import", str(folder), "-c", "corpus-test"], env=cli_env, terminal_width=200
+    )
+
+    assert result.exit_code == 0, result.output
+    assert "1000 added, 1 duplicates, 4 rejected" in result.output
+    for bad in ("truncated.jpg", "readme.txt", "animation.gif", "escape.png"):
+        assert bad in result.output
+    url = cli_env["MAD_DATABASE_URL"]
+    assert query(url, select(func.count()).select_from(Image)) == [(1000,)]
+    ordinals = [
+        row[0] for row in query(url, select(CompetitionImage.ordinal).order_by(CompetitionImage.ordinal))
+    ]
+    assert ordinals == list(range(1000))
+    stored = list((tmp_path / "data" / "images").rglob("*.*"))
+    assert len(stored) == 1000
+
+
+def test_import_errors_say_what_to_do(cli_env, tmp_path):
+    invoke(cli_env, "db", "upgrade")
+    missing = invoke(cli_env, "images", "import", str(tmp_path / "nowhere"), "-c", "x")
+    assert missing.exit_code == 1 and "does not exist" in missing.output
+    (tmp_path / "one.png").write_bytes(image_bytes(1))
+    unknown = invoke(cli_env, "images", "import", str(tmp_path / "one.png"), "-c", "nope")
+    assert unknown.exit_code == 1 and "mad competitions list" in unknown.output
+
+
+def test_competition_create_validates_its_parameters(cli_env, tmp_path):
+    even = invoke(cli_env, "competitions", "create", "x", "--panel", "4")
+    assert even.exit_code == 1 and "odd" in even.output
+    bad_file = tmp_path / "tax.yaml"
+    bad_file.write_text("root: a\nclasses: [b]\nchildren: {a: [b], b: [a]}\n")
+    cyclic = invoke(cli_env, "competitions", "create", "y", "--taxonomy", str(bad_file))
+    assert cyclic.exit_code == 1 and "taxonomy" in cyclic.output
