@@ -1,0 +1,208 @@
+"""Dense per-classifier prediction arrays aligned to a competition's image ordinals, stored as shards.
+
+Arrays (row i = image ordinal start + i):
+  top1          int32 (n,)     predicted label; -1 = no prediction (e.g. an undecodable image)
+  prob          float32 (n,)   probability of top1; 0 where there is no prediction
+  entropy_bits  float32 (n,)   softmax entropy in bits, -sum p log2 p; NaN where unknown
+  top5          int32 (n, 5)   five most probable labels, best first; -1 where absent
+  top5_prob     float32 (n, 5) their probabilities; 0 where absent
+
+Layout on disk: <root>/<classifier_id>/shard-<start>-<end>.npz, start and end zero-padded to 10 digits,
+holding the five arrays (uncompressed npz) for ordinals [start, end). A shard is written to a hidden
+temporary file in the same directory, fsynced and renamed over its final name, so a crash or a full
+disk never leaves a partial shard and re-writing a shard replaces it whole.
+"""
+
+import os
+import re
+import shutil
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+NO_LABEL = -1
+TOP_K = 5
+SHARD_NAME = re.compile(r"shard-(\d{10})-(\d{10})\.npz")
+SHARD_MODE = 0o644
+CLASSIFIER_DIR_NAME = re.compile(r"[A-Za-z0-9_-]+")
+ARRAY_DTYPES = {
+    "top1": np.int32,
+    "prob": np.float32,
+    "entropy_bits": np.float32,
+    "top5": np.int32,
+    "top5_prob": np.float32,
+}
+
+
+class PredictionStoreError(RuntimeError):
+    """Stored predictions are incomplete, overlapping or unreadable; the message names ordinals or file."""
+
+
+@dataclass(frozen=True, eq=False)
+class Predictions:
+    """One classifier's predictions for a run of images, one row per image (layout: module docstring)."""
+
+    top1: np.ndarray
+    prob: np.ndarray
+    entropy_bits: np.ndarray
+    top5: np.ndarray
+    top5_prob: np.ndarray
+
+    def __post_init__(self) -> None:
+        """Check every array's dtype and shape against the layout."""
+        n = len(self.top1)
+        for name, dtype in ARRAY_DTYPES.items():
+            array = getattr(self, name)
+            shape = (n, TOP_K) if name.startswith("top5") else (n,)
+            if array.dtype != dtype or array.shape != shape:
+                raise ValueError(f"{name} must be {np.dtype(dtype)} {shape}, got {array.dtype} {array.shape}")
+
+    def __len__(self) -> int:
+        """Number of images."""
+        return len(self.top1)
+
+    @classmethod
+    def empty(cls, n: int) -> "Predictions":
+        """`n` rows of no prediction."""
+        return cls(
+            top1=np.full(n, NO_LABEL, np.int32),
+            prob=np.zeros(n, np.float32),
+            entropy_bits=np.full(n, np.nan, np.float32),
+            top5=np.full((n, TOP_K), NO_LABEL, np.int32),
+            top5_prob=np.zeros((n, TOP_K), np.float32),
+        )
+
+    @classmethod
+    def concatenate(cls, parts: list["Predictions"]) -> "Predictions":
+        """The rows of `parts`, one after another."""
+        return cls(**{name: np.concatenate([getattr(part, name) for part in parts]) for name in ARRAY_DTYPES})
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The five arrays by name."""
+        return {name: getattr(self, name) for name in ARRAY_DTYPES}
+
+
+class PredictionStore:
+    """Prediction shards of every classifier under one root directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def classifier_dir(self, classifier_id: int | str) -> Path:
+        """The directory holding one classifier's shards."""
+        name = str(classifier_id)
+        if not CLASSIFIER_DIR_NAME.fullmatch(name):
+            raise ValueError(f"classifier id {name!r} must be letters, digits, '_' or '-'")
+        return self.root / name
+
+    def write_shard(self, classifier_id: int | str, start: int, predictions: Predictions) -> Path:
+        """Atomically store predictions for ordinals [start, start + len), replacing the same shard."""
+        if start < 0 or len(predictions) == 0:
+            raise ValueError(f"a shard needs start >= 0 and rows; got start {start}, {len(predictions)} rows")
+        directory = self.classifier_dir(classifier_id)
+        directory.mkdir(parents=True, exist_ok=True)
+        path = _shard_path(directory, start, start + len(predictions))
+        descriptor, temporary = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(descriptor, "wb") as file:
+                os.fchmod(file.fileno(), SHARD_MODE)  # mkstemp makes 0600; readers may be another user
+                np.savez(file, **predictions.arrays())
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(temporary, path)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+        _fsync_directory(directory)
+        return path
+
+    def shard_ranges(self, classifier_id: int | str) -> list[tuple[int, int]]:
+        """The [start, end) ordinal ranges of one classifier's stored shards, sorted."""
+        directory = self.classifier_dir(classifier_id)
+        if not directory.is_dir():
+            return []
+        matches = (SHARD_NAME.fullmatch(entry.name) for entry in directory.iterdir())
+        return sorted((int(match[1]), int(match[2])) for match in matches if match)
+
+    def read(self, classifier_id: int | str, n_images: int) -> Predictions:
+        """One classifier's predictions for ordinals 0..n_images-1, checking each is stored exactly once."""
+        ranges = self.shard_ranges(classifier_id)
+        _check_coverage(ranges, n_images, classifier_id)
+        directory = self.classifier_dir(classifier_id)
+        parts = [_read_shard(_shard_path(directory, start, end), end - start) for start, end in ranges]
+        return Predictions.concatenate(parts) if parts else Predictions.empty(0)
+
+    def read_available(self, classifier_id: int | str, n_images: int) -> Predictions:
+        """Predictions for ordinals 0..n_images-1, with no-prediction rows where no shard is stored (yet)."""
+        ranges = self.shard_ranges(classifier_id)
+        _check_no_overlap_or_overrun(ranges, n_images, classifier_id)
+        directory = self.classifier_dir(classifier_id)
+        predictions = Predictions.empty(n_images)
+        for start, end in ranges:
+            for name, values in _read_shard(_shard_path(directory, start, end), end - start).arrays().items():
+                getattr(predictions, name)[start:end] = values
+        return predictions
+
+    def delete(self, classifier_id: int | str) -> None:
+        """Remove every shard of one classifier (e.g. before storing an upload that replaces them)."""
+        shutil.rmtree(self.classifier_dir(classifier_id), ignore_errors=True)
+
+
+def _shard_path(directory: Path, start: int, end: int) -> Path:
+    """The file of the shard holding ordinals [start, end)."""
+    return directory / f"shard-{start:010d}-{end:010d}.npz"
+
+
+def _check_coverage(ranges: list[tuple[int, int]], n_images: int, classifier_id: int | str) -> None:
+    """Raise PredictionStoreError naming the first gap, overlap or overrun in sorted shard `ranges`."""
+    _check_no_overlap_or_overrun(ranges, n_images, classifier_id)
+    covered = 0
+    for start, end in [*ranges, (n_images, n_images)]:
+        if start > covered:
+            raise PredictionStoreError(
+                f"classifier {classifier_id}: ordinals {covered}..{start - 1} have no stored predictions"
+            )
+        covered = end
+
+
+def _check_no_overlap_or_overrun(
+    ranges: list[tuple[int, int]], n_images: int, classifier_id: int | str
+) -> None:
+    """Raise PredictionStoreError when sorted shard `ranges` overlap or reach past n_images."""
+    covered = 0
+    for start, end in ranges:
+        if start < covered:
+            raise PredictionStoreError(
+                f"classifier {classifier_id}: ordinals {start}..{min(end, covered) - 1} are stored twice "
+                f"(shard {start}-{end} overlaps an earlier shard)"
+            )
+        covered = end
+    if covered > n_images:
+        raise PredictionStoreError(
+            f"classifier {classifier_id}: shards reach ordinal {covered - 1}, "
+            f"but the competition has {n_images} images"
+        )
+
+
+def _read_shard(path: Path, n_rows: int) -> Predictions:
+    """The predictions in one shard file, checked to hold `n_rows` rows of the documented arrays."""
+    try:
+        with np.load(path, allow_pickle=False) as shard:
+            predictions = Predictions(**{name: shard[name] for name in ARRAY_DTYPES})
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
+        raise PredictionStoreError(f"prediction shard {path} is unreadable: {error}") from error
+    if len(predictions) != n_rows:
+        raise PredictionStoreError(f"prediction shard {path} has {len(predictions)} rows, expected {n_rows}")
+    return predictions
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make a rename inside `directory` durable (POSIX: fsync the directory itself)."""
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)

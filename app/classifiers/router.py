@@ -1,0 +1,186 @@
+"""Classifiers API: register (admin), list (public), and the files workers download."""
+
+import io
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+from fastapi import APIRouter, File, Form, Query, Request, UploadFile, status
+from fastapi.responses import FileResponse, Response
+from pydantic import ValidationError
+
+from app.classifiers import service
+from app.classifiers.models import ClassifierSource
+from app.classifiers.prediction_store import ARRAY_DTYPES
+from app.classifiers.schemas import ClassifierRead, DataConfig
+from app.competitions.service import get_competition
+from app.db import SessionDep
+from app.errors import InvalidInput, PayloadTooLarge
+from app.jobs.service import competition_image_count
+from app.users.auth import AdminUser, WorkerUser
+
+router = APIRouter(prefix="/api/v1", tags=["classifiers"])
+
+MAX_UPLOAD_BYTES = 4 * 1024**3
+NPZ_MEDIA_TYPE = "application/octet-stream"
+
+
+@contextmanager
+def _spooled_to_disk(upload: UploadFile) -> Iterator[Path]:
+    """The upload as a temporary file keeping its name's suffix (loaders look at it), removed afterwards."""
+    suffix = Path(upload.filename or "").suffix
+    with tempfile.TemporaryDirectory(prefix="mad-upload-") as directory:
+        path = Path(directory) / f"upload{suffix}"
+        with path.open("wb") as target:
+            shutil.copyfileobj(upload.file, target, length=1024 * 1024)
+            size = target.tell()
+        if size > MAX_UPLOAD_BYTES:
+            raise PayloadTooLarge(f"uploads are limited to {MAX_UPLOAD_BYTES:,} bytes")
+        yield path
+
+
+def _data_config(text: str | None) -> dict | None:
+    """The validated preprocessing overlay of a registration form, or None."""
+    if not text:
+        return None
+    try:
+        return DataConfig.model_validate_json(text).overlay()
+    except ValidationError as error:
+        raise InvalidInput(f"data_config: {error.errors()[0]['msg']} at {error.errors()[0]['loc']}") from None
+
+
+@router.post(
+    "/competitions/{competition_id}/classifiers",
+    status_code=status.HTTP_201_CREATED,
+    summary="Register a classifier (admin)",
+)
+def register_classifier(
+    competition_id: int,
+    request: Request,
+    db_session: SessionDep,
+    _admin: AdminUser,
+    name: Annotated[str, Form(min_length=1, max_length=100)],
+    source: Annotated[ClassifierSource, Form()],
+    architecture: Annotated[str | None, Form(description="timm architecture, with timm-weights")] = None,
+    pretrained_tag: Annotated[
+        str | None, Form(description="e.g. resnet50.a1_in1k, with timm-pretrained")
+    ] = None,
+    reported_accuracy: Annotated[float | None, Form(description="ImageNet top-1 in %, for Table 1")] = None,
+    data_config: Annotated[
+        str | None, Form(description='Preprocessing overrides as JSON, e.g. {"input_size": [3, 32, 32]}')
+    ] = None,
+    file: Annotated[UploadFile | None, File(description="Weights (.safetensors/.pth) or predictions")] = None,
+) -> ClassifierRead:
+    """Check the source, store it, queue its predictions (or, for a predictions file, its pair selections).
+
+    timm-weights needs `architecture` and a weights `file` with one output per competition class;
+    timm-pretrained needs `pretrained_tag`; predictions-file needs a Parquet/NPZ `file` keyed by image sha256.
+    Errors say what is wrong and nothing is stored.
+    """
+    settings = request.app.state.settings
+    competition = get_competition(db_session=db_session, competition_id=competition_id)
+    common = dict(
+        db_session=db_session,
+        settings=settings,
+        competition=competition,
+        name=name,
+        reported_accuracy=reported_accuracy,
+    )
+    if source == ClassifierSource.timm_pretrained:
+        if not pretrained_tag:
+            raise InvalidInput("timm-pretrained needs pretrained_tag")
+        return ClassifierRead.model_validate(
+            service.register_timm_pretrained(pretrained_tag=pretrained_tag, **common)
+        )
+    if file is None:
+        raise InvalidInput(f"{source.value} needs a file")
+    with _spooled_to_disk(file) as path:
+        if source == ClassifierSource.timm_weights:
+            if not architecture:
+                raise InvalidInput("timm-weights needs architecture")
+            classifier = service.register_timm_weights(
+                architecture=architecture,
+                weights_file=path,
+                weights_filename=file.filename or "",
+                data_config=_data_config(data_config),
+                **common,
+            )
+        else:
+            classifier = service.register_predictions_file(predictions_file=path, **common)
+    return ClassifierRead.model_validate(classifier)
+
+
+@router.get("/competitions/{competition_id}/classifiers", summary="List a competition's classifiers")
+def list_classifiers(competition_id: int, db_session: SessionDep) -> list[ClassifierRead]:
+    """In registration order, with status and the error of a failed one."""
+    get_competition(db_session=db_session, competition_id=competition_id)
+    return [
+        ClassifierRead.model_validate(c)
+        for c in service.list_classifiers(db_session=db_session, competition_id=competition_id)
+    ]
+
+
+@router.get("/classifiers/{classifier_id}", summary="Read a classifier")
+def read_classifier(classifier_id: int, db_session: SessionDep) -> ClassifierRead:
+    """One classifier with its status."""
+    return ClassifierRead.model_validate(
+        service.get_classifier(db_session=db_session, classifier_id=classifier_id)
+    )
+
+
+@router.post("/classifiers/{classifier_id}/retire", summary="Retire a classifier (admin)")
+def retire_classifier(classifier_id: int, db_session: SessionDep, _admin: AdminUser) -> ClassifierRead:
+    """The classifier leaves the leaderboard and its pairs are ignored; its queued and running jobs are
+    cancelled. Its stored predictions, selections and votes are kept. Retiring twice is harmless."""
+    classifier = service.get_classifier(db_session=db_session, classifier_id=classifier_id)
+    retired = service.retire_classifier(db_session=db_session, classifier=classifier)
+    return ClassifierRead.model_validate(retired)
+
+
+@router.get(
+    "/classifiers/{classifier_id}/weights",
+    response_class=FileResponse,
+    responses={200: {"content": {NPZ_MEDIA_TYPE: {}}}},
+    summary="Download a classifier's weights file (worker)",
+)
+def download_weights(classifier_id: int, request: Request, db_session: SessionDep, _worker: WorkerUser):
+    """The weights file registered with a timm-weights classifier."""
+    classifier = service.get_classifier(db_session=db_session, classifier_id=classifier_id)
+    if classifier.weights_sha256 is None:
+        raise InvalidInput(f"classifier {classifier.name!r} has no weights file ({classifier.source.value})")
+    path = service.weights_path(
+        request.app.state.settings, classifier.weights_sha256, classifier.weights_format
+    )
+    return FileResponse(path, media_type=NPZ_MEDIA_TYPE, filename=path.name)
+
+
+@router.get(
+    "/classifiers/{classifier_id}/predictions",
+    response_class=Response,
+    responses={200: {"content": {NPZ_MEDIA_TYPE: {}}}},
+    summary="Download a classifier's prediction arrays as .npz (worker)",
+)
+def download_predictions(
+    classifier_id: int,
+    request: Request,
+    db_session: SessionDep,
+    _worker: WorkerUser,
+    fields: Annotated[list[str] | None, Query(description="Arrays to include (default: all)")] = None,
+) -> Response:
+    """Arrays over the competition's ordinals 0..n-1; ordinals not predicted (yet) have top1 = -1."""
+    fields = fields or list(ARRAY_DTYPES)
+    unknown = sorted(set(fields) - set(ARRAY_DTYPES))
+    if unknown:
+        raise InvalidInput(f"unknown fields {unknown}; choose from {list(ARRAY_DTYPES)}")
+    classifier = service.get_classifier(db_session=db_session, classifier_id=classifier_id)
+    n_images = competition_image_count(db_session=db_session, competition_id=classifier.competition_id)
+    arrays = service.read_predictions(
+        settings=request.app.state.settings, classifier=classifier, n_images=n_images
+    ).arrays()
+    buffer = io.BytesIO()
+    np.savez(buffer, **{name: arrays[name] for name in fields})
+    return Response(buffer.getvalue(), media_type=NPZ_MEDIA_TYPE)

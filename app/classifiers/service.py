@@ -1,0 +1,241 @@
+"""Registering classifiers (timm + weights file, timm pretrained tag, uploaded predictions) and their arrays.
+
+Registration checks everything it can before storing anything: a weights file is loaded into its
+architecture with the competition's class count, a predictions file is fully validated. What only a
+worker can find out (e.g. a pretrained download failing) marks the classifier failed with the reason.
+"""
+
+import hashlib
+from pathlib import Path
+
+import timm
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
+from timm.models import get_pretrained_cfg
+
+from app.classifiers.models import Classifier, ClassifierSource, ClassifierStatus
+from app.classifiers.prediction_store import Predictions, PredictionStore, PredictionStoreError
+from app.classifiers.prediction_upload import PredictionUploadError, read_prediction_upload
+from app.classifiers.timm_source import ClassifierSourceError, load_weights_file
+from app.competitions.models import Competition
+from app.db import utcnow
+from app.errors import Conflict, InvalidInput, NotFound, storage_errors
+from app.images.models import CompetitionImage, Image
+from app.images.store import write_atomically
+from app.jobs import service as jobs_service
+from app.jobs.models import Job, JobStatus
+from app.settings import Settings
+
+WEIGHTS_FORMATS = {".safetensors": "safetensors", ".pth": "pth", ".pt": "pth", ".bin": "pth"}
+
+
+def weights_path(settings: Settings, sha256: str, weights_format: str) -> Path:
+    """Where a stored weights file lives."""
+    return settings.weights_dir / f"{sha256}.{weights_format}"
+
+
+def get_classifier(*, db_session: Session, classifier_id: int) -> Classifier:
+    """The classifier with this id, or NotFound."""
+    classifier = db_session.get(Classifier, classifier_id)
+    if classifier is None:
+        raise NotFound(f"no classifier with id {classifier_id}")
+    return classifier
+
+
+def list_classifiers(*, db_session: Session, competition_id: int) -> list[Classifier]:
+    """A competition's classifiers in registration order (the row order of matrices A and B)."""
+    return list(
+        db_session.scalars(
+            select(Classifier).where(Classifier.competition_id == competition_id).order_by(Classifier.id)
+        )
+    )
+
+
+def _new_classifier(
+    *, db_session: Session, competition: Competition, name: str, reported_accuracy: float | None, **fields
+) -> Classifier:
+    """Add a classifier row after checking its name is free in the competition."""
+    taken = db_session.scalar(
+        select(Classifier.id).where(Classifier.competition_id == competition.id, Classifier.name == name)
+    )
+    if taken is not None:
+        raise Conflict(f"competition {competition.name!r} already has a classifier named {name!r}")
+    if reported_accuracy is not None and not 0 <= reported_accuracy <= 100:
+        raise InvalidInput("reported_accuracy is a top-1 accuracy in percent, between 0 and 100")
+    classifier = Classifier(
+        competition_id=competition.id, name=name, reported_accuracy=reported_accuracy, **fields
+    )
+    db_session.add(classifier)
+    db_session.flush()
+    return classifier
+
+
+def _enqueue(db_session: Session, settings: Settings, classifier: Classifier) -> None:
+    """Queue the classifier's predict jobs, or its select jobs when its predictions are already stored."""
+    jobs_service.lock_competition(db_session=db_session, competition_id=classifier.competition_id)
+    if classifier.status == ClassifierStatus.ready:
+        jobs_service.enqueue_selections(
+            db_session=db_session,
+            competition_id=classifier.competition_id,
+            max_attempts=settings.job_max_attempts,
+        )
+    else:
+        jobs_service.enqueue_predictions(
+            db_session=db_session,
+            classifier=classifier,
+            max_attempts=settings.job_max_attempts,
+            shard_size=settings.predict_shard_size,
+        )
+
+
+def register_timm_weights(
+    *,
+    db_session: Session,
+    settings: Settings,
+    competition: Competition,
+    name: str,
+    architecture: str,
+    weights_file: Path,
+    weights_filename: str,
+    data_config: dict | None = None,
+    reported_accuracy: float | None = None,
+) -> Classifier:
+    """A timm architecture with a local weights file, checked by loading it with the competition's classes.
+
+    `data_config` (a DataConfig overlay) sets preprocessing the weights were trained with, e.g. a 32 px input.
+    """
+    weights_format = WEIGHTS_FORMATS.get(Path(weights_filename).suffix.lower())
+    if weights_format is None:
+        raise InvalidInput(f"weights file {weights_filename!r}: use .safetensors, .pth, .pt or .bin")
+    try:
+        load_weights_file(architecture, weights_file, len(competition.class_keys), data_config)
+    except ClassifierSourceError as error:
+        raise InvalidInput(str(error)) from None
+    sha256 = hashlib.sha256(weights_file.read_bytes()).hexdigest()
+    classifier = _new_classifier(
+        db_session=db_session,
+        competition=competition,
+        name=name,
+        reported_accuracy=reported_accuracy,
+        source=ClassifierSource.timm_weights,
+        architecture=architecture,
+        weights_sha256=sha256,
+        weights_format=weights_format,
+        data_config=data_config or None,
+    )
+    stored = weights_path(settings, sha256, weights_format)
+    if not stored.exists():
+        with storage_errors("the weights file"):
+            write_atomically(stored, weights_file.read_bytes())
+    PredictionStore(settings.predictions_dir).delete(classifier.id)
+    _enqueue(db_session, settings, classifier)
+    return classifier
+
+
+def register_timm_pretrained(
+    *,
+    db_session: Session,
+    settings: Settings,
+    competition: Competition,
+    name: str,
+    pretrained_tag: str,
+    reported_accuracy: float | None = None,
+) -> Classifier:
+    """A timm pretrained tag (e.g. resnet50.a1_in1k); a worker downloads the weights where it is online."""
+    try:
+        config = get_pretrained_cfg(pretrained_tag) if timm.is_model(pretrained_tag) else None
+    except RuntimeError:  # timm's answer to a known architecture with an unknown tag
+        config = None
+    if config is None:
+        raise InvalidInput(f"timm has no pretrained tag {pretrained_tag!r} (see timm.list_pretrained())")
+    if config.num_classes != len(competition.class_keys):
+        raise InvalidInput(
+            f"{pretrained_tag!r} predicts {config.num_classes} classes, competition {competition.name!r} has "
+            f"{len(competition.class_keys)}"
+        )
+    classifier = _new_classifier(
+        db_session=db_session,
+        competition=competition,
+        name=name,
+        reported_accuracy=reported_accuracy,
+        source=ClassifierSource.timm_pretrained,
+        architecture=pretrained_tag.split(".")[0],
+        pretrained_tag=pretrained_tag,
+    )
+    PredictionStore(settings.predictions_dir).delete(classifier.id)
+    _enqueue(db_session, settings, classifier)
+    return classifier
+
+
+def ordinal_by_sha256(*, db_session: Session, competition_id: int) -> dict[str, int]:
+    """Each image of the competition by its hash."""
+    rows = db_session.execute(
+        select(Image.sha256, CompetitionImage.ordinal)
+        .join(CompetitionImage, CompetitionImage.image_id == Image.id)
+        .where(CompetitionImage.competition_id == competition_id)
+    )
+    return dict(rows.all())
+
+
+def register_predictions_file(
+    *,
+    db_session: Session,
+    settings: Settings,
+    competition: Competition,
+    name: str,
+    predictions_file: Path,
+    reported_accuracy: float | None = None,
+) -> Classifier:
+    """Predictions made elsewhere (Parquet or NPZ keyed by image SHA-256), validated whole, then stored."""
+    ordinals = ordinal_by_sha256(db_session=db_session, competition_id=competition.id)
+    if not ordinals:
+        raise InvalidInput(f"competition {competition.name!r} has no images yet: import them first")
+    try:
+        predictions = read_prediction_upload(predictions_file, ordinals, len(competition.class_keys))
+    except PredictionUploadError as error:
+        raise InvalidInput(f"predictions file: {error}") from None
+    classifier = _new_classifier(
+        db_session=db_session,
+        competition=competition,
+        name=name,
+        reported_accuracy=reported_accuracy,
+        source=ClassifierSource.predictions_file,
+        status=ClassifierStatus.ready,
+    )
+    store = PredictionStore(settings.predictions_dir)
+    store.delete(classifier.id)
+    with storage_errors("the predictions file"):
+        store.write_shard(classifier.id, 0, predictions)
+    _enqueue(db_session, settings, classifier)
+    return classifier
+
+
+def read_predictions(*, settings: Settings, classifier: Classifier, n_images: int) -> Predictions:
+    """A classifier's predictions for ordinals 0..n-1; ordinals it has not predicted (yet) get none."""
+    try:
+        return PredictionStore(settings.predictions_dir).read_available(classifier.id, n_images)
+    except PredictionStoreError as error:
+        raise Conflict(f"predictions of classifier {classifier.name!r} are unusable: {error}") from None
+
+
+def retire_classifier(*, db_session: Session, classifier: Classifier) -> Classifier:
+    """Take a classifier out of the competition: it leaves the leaderboard, its pairs are ignored, and its
+    queued or running jobs are cancelled (a worker still running one has its result refused)."""
+    if classifier.status == ClassifierStatus.retired:
+        return classifier
+    jobs_service.lock_competition(db_session=db_session, competition_id=classifier.competition_id)
+    now = utcnow()
+    classifier.status = ClassifierStatus.retired
+    classifier.retired_at = now
+    for job in db_session.scalars(
+        select(Job).where(
+            or_(Job.classifier_id == classifier.id, Job.other_classifier_id == classifier.id),
+            Job.status.in_([JobStatus.queued, JobStatus.running]),
+        )
+    ):
+        job.status = JobStatus.failed
+        job.error = f"cancelled: classifier {classifier.name!r} was retired"
+        job.finished_at = now
+        job.lease_expires_at = None
+    db_session.flush()
+    return classifier

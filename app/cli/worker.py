@@ -1,0 +1,114 @@
+"""`mad worker` runs jobs; `mad jobs` shows how far a competition's predictions and selections are."""
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from app.cli.common import console, database_session, fail, load_settings
+from app.competitions.service import get_competition_by_name
+from app.jobs import service as jobs_service
+from app.jobs.models import JobStatus
+from app.main import create_app
+from app.serving import serve_in_thread
+from app.users import service as users_service
+from workers.client import ServiceError
+from workers.worker import WorkerOptions, run_worker
+
+
+@contextmanager
+def _service(url: str | None, token: str | None) -> Iterator[tuple[str, str]]:
+    """The remote service given by --url/--token, or this machine's, served privately in this process."""
+    if url:
+        if not token:
+            fail("--url needs --token (a worker token: `mad users add NAME --role worker --token`)")
+        yield url, token
+        return
+    settings = load_settings()
+    with database_session(settings) as session:
+        token = users_service.local_worker_token(db_session=session)
+    with serve_in_thread(create_app(settings)) as embedded_url:
+        yield embedded_url, token
+
+
+def worker(
+    url: str = typer.Option(
+        None, envvar="MAD_WORKER_URL", help="Service URL. Omit to work on this machine's database directly."
+    ),
+    token: str = typer.Option(None, envvar="MAD_WORKER_TOKEN", help="Worker token, with --url."),
+    device: str = typer.Option("auto", help="auto (GPU when present), cpu, cuda or cuda:N."),
+    batch_size: int = typer.Option(64, min=1, help="Images per forward pass."),
+    loader_workers: int = typer.Option(
+        None, min=0, help="Decoding processes (default: by device and cores)."
+    ),
+    compile: bool = typer.Option(False, "--compile", help="torch.compile models on the GPU (slow start)."),
+    cache_dir: Path = typer.Option(None, help="Downloaded weights (default: MAD_DATA_DIR/worker-cache)."),
+    exit_when_idle: bool = typer.Option(False, "--exit-when-idle", help="Stop when no job is left."),
+    name: str = typer.Option(None, help="Worker name shown in job listings (default host:pid)."),
+) -> None:
+    """Compute predictions and pair selections: claim leased jobs, run them, report them, repeat.
+
+    With --url and --token the worker can run on any machine (e.g. a GPU box); without, it serves this
+    machine's database privately and works on it. Ctrl-C stops; unfinished jobs are taken over by other
+    workers when their lease expires.
+    """
+    options = WorkerOptions(
+        device=device,
+        batch_size=batch_size,
+        loader_workers=loader_workers,
+        compile=compile,
+        cache_dir=cache_dir or load_settings().data_dir / "worker-cache",
+    )
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with (
+        _service(url, token) as (service_url, service_token),
+        Progress(*columns, console=console) as progress,
+    ):
+        task = progress.add_task("waiting for jobs", total=None)
+
+        def report(label: str, done: int, total: int) -> None:
+            progress.update(task, description=label, completed=done, total=total)
+
+        console.print(f"Worker on {options.torch_device()} working for {service_url}")
+        try:
+            finished = run_worker(
+                url=service_url,
+                token=service_token,
+                options=options,
+                exit_when_idle=exit_when_idle,
+                report=report,
+                name=name,
+            )
+        except ServiceError as error:
+            fail(str(error))
+        except KeyboardInterrupt:
+            fail("stopped; jobs in hand return to the queue when their leases expire", code=130)
+    console.print(f"Finished {finished} jobs.")
+
+
+def jobs(
+    competition: str = typer.Option(..., "--competition", "-c", help="Competition to report on."),
+) -> None:
+    """Progress of a competition: images predicted per classifier, pairs selected, jobs by status, errors."""
+    with database_session(load_settings()) as session:
+        target = get_competition_by_name(db_session=session, name=competition)
+        progress = jobs_service.competition_progress(db_session=session, competition_id=target.id)
+        failed = jobs_service.list_jobs(
+            db_session=session, competition_id=target.id, status=JobStatus.failed, limit=20
+        )
+        failures = [(job.key, job.error or "") for job in failed]
+    table = Table("classifier", "status", "images predicted", "error")
+    for row in progress["classifiers"]:
+        table.add_row(
+            row["name"], row["status"], f"{row['images_predicted']}/{row['images_total']}", row["error"] or ""
+        )
+    console.print(table)
+    console.print(f"Pairs selected: {progress['pairs_selected']}/{progress['pairs_total']}")
+    console.print(
+        "Jobs: " + (", ".join(f"{n} {s}" for s, n in sorted(progress["jobs_by_status"].items())) or "none")
+    )
+    for key, error in failures:
+        console.print(f"failed {key}: {error}", markup=False, highlight=False, style="red")

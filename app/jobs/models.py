@@ -1,0 +1,54 @@
+"""Leased jobs: predict a shard of images with one classifier, or select the top-k images of a pair."""
+
+from datetime import datetime
+from enum import StrEnum
+
+from sqlalchemy import ForeignKey, Index, String, Text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db import Base, str_enum, utcnow
+
+
+class JobKind(StrEnum):
+    """Predict a shard of ordinals [shard_start, shard_end) or select the subset of a classifier pair."""
+
+    predict = "predict"
+    select = "select"
+
+
+class JobStatus(StrEnum):
+    """queued → running (leased) → done, or back to queued on a lost lease, or failed after max_attempts."""
+
+    queued = "queued"
+    running = "running"
+    done = "done"
+    failed = "failed"
+
+
+class Job(Base):
+    """A unit of worker work, claimed under a lease that expires unless the holder heartbeats."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (Index("ix_jobs_status_lease", "status", "lease_expires_at"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    competition_id: Mapped[int] = mapped_column(ForeignKey("competitions.id", ondelete="CASCADE"), index=True)
+    kind: Mapped[JobKind] = mapped_column(str_enum(JobKind))
+    key: Mapped[str] = mapped_column(String(200), unique=True)
+    classifier_id: Mapped[int] = mapped_column(ForeignKey("classifiers.id", ondelete="CASCADE"), index=True)
+    other_classifier_id: Mapped[int | None] = mapped_column(ForeignKey("classifiers.id", ondelete="CASCADE"))
+    shard_start: Mapped[int | None]
+    shard_end: Mapped[int | None]
+    status: Mapped[JobStatus] = mapped_column(str_enum(JobStatus), default=JobStatus.queued)
+    attempts: Mapped[int] = mapped_column(default=0)
+    max_attempts: Mapped[int] = mapped_column(default=3)
+    lease_owner: Mapped[str | None] = mapped_column(String(200))
+    lease_token: Mapped[str | None] = mapped_column(String(64))
+    lease_expires_at: Mapped[datetime | None]
+    heartbeat_at: Mapped[datetime | None]
+    progress_done: Mapped[int] = mapped_column(default=0)
+    progress_total: Mapped[int] = mapped_column(default=0)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]

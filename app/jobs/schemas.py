@@ -1,0 +1,172 @@
+"""Bodies of the worker protocol (claim, heartbeat, results, failure) and job listings."""
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from app.classifiers.models import ClassifierSource
+from app.jobs.models import JobKind, JobStatus
+
+
+class ClaimRequest(BaseModel):
+    """Who is asking for work (shown in job listings)."""
+
+    worker: str = Field(min_length=1, max_length=200, examples=["gpu-box-1:4242"])
+
+
+class ImageRef(BaseModel):
+    """An image of the shard: its ordinal and the hash it is served at (/images/{sha256})."""
+
+    ordinal: int
+    sha256: str
+
+
+class PredictTask(BaseModel):
+    """Predict ordinals [shard_start, shard_end) with one classifier."""
+
+    classifier_id: int
+    classifier_name: str
+    source: ClassifierSource
+    architecture: str | None
+    pretrained_tag: str | None
+    weights_sha256: str | None
+    weights_format: str | None
+    data_config: dict | None
+    num_classes: int
+    shard_start: int
+    shard_end: int
+    images: list[ImageRef]
+
+
+class SelectTask(BaseModel):
+    """Select the top-k discrepancy images of a pair over ordinals 0..num_images-1 (Algorithm 1)."""
+
+    classifier_a_id: int
+    classifier_b_id: int
+    num_images: int
+    k: int
+    reserve_size: int
+    confidence_threshold: float
+    max_per_label: int
+    taxonomy: str
+    taxonomy_source: str | None
+    excluded_ordinals: list[int]
+
+
+class ClaimedJob(BaseModel):
+    """A leased job: keep its lease_token for heartbeats, the result and failure reports."""
+
+    id: int
+    kind: JobKind
+    competition_id: int
+    lease_token: str
+    lease_expires_at: datetime
+    predict: PredictTask | None = None
+    select: SelectTask | None = None
+
+
+class ClaimResponse(BaseModel):
+    """Leased jobs (empty when there is no work now), lease length, and jobs still queued or running."""
+
+    lease_seconds: int
+    jobs: list[ClaimedJob]
+    unfinished: int = Field(description="Queued or running jobs; 0 means a worker may stop waiting.")
+
+
+class Lease(BaseModel):
+    """A lease to extend, with the job's progress so far."""
+
+    job_id: int
+    lease_token: str
+    progress_done: int = Field(default=0, ge=0)
+
+
+class HeartbeatRequest(BaseModel):
+    """Leases the worker still works on."""
+
+    leases: list[Lease] = Field(max_length=100)
+
+
+class LeaseState(BaseModel):
+    """Whether the worker still holds a job; if not, it must stop working on it."""
+
+    job_id: int
+    held: bool
+
+
+class SelectionResult(BaseModel):
+    """A pair's accepted images in greedy order: the first n_selected are S_ij, the rest the reserve."""
+
+    lease_token: str
+    n_selected: int = Field(ge=0)
+    ordinals: list[int]
+    distances: list[float]
+    labels_a: list[int]
+    labels_b: list[int]
+    probs_a: list[float]
+    probs_b: list[float]
+
+    @model_validator(mode="after")
+    def _same_lengths(self) -> "SelectionResult":
+        """Every column has one value per image."""
+        lengths = {len(self.ordinals), len(self.distances), len(self.labels_a), len(self.labels_b)}
+        lengths |= {len(self.probs_a), len(self.probs_b)}
+        if len(lengths) != 1 or self.n_selected > len(self.ordinals):
+            raise ValueError("ordinals, distances, labels and probs must have equal lengths ≥ n_selected")
+        return self
+
+
+class FailureReport(BaseModel):
+    """Why a job failed; permanent failures (bad weights, wrong class count) are not retried."""
+
+    lease_token: str
+    error: str = Field(min_length=1, max_length=10_000)
+    permanent: bool = False
+
+
+class JobRead(BaseModel):
+    """A job with its lease and progress."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    competition_id: int
+    kind: JobKind
+    key: str
+    classifier_id: int
+    other_classifier_id: int | None
+    shard_start: int | None
+    shard_end: int | None
+    status: JobStatus
+    attempts: int
+    max_attempts: int
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    progress_done: int
+    progress_total: int
+    error: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class ClassifierProgress(BaseModel):
+    """How far one classifier's predictions are."""
+
+    classifier_id: int
+    name: str
+    status: str
+    images_predicted: int
+    images_total: int
+    error: str | None
+
+
+class CompetitionProgress(BaseModel):
+    """Predictions per classifier, pairs selected, and jobs by status."""
+
+    competition_id: int
+    images: int
+    classifiers: list[ClassifierProgress]
+    pairs_selected: int
+    pairs_total: int
+    jobs_by_status: dict[str, int]

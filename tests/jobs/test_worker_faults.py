@@ -1,0 +1,167 @@
+"""Faults: a worker killed with SIGKILL mid-shard is taken over; racing workers never both complete a job."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+from sqlalchemy import select
+
+from app.classifiers.models import Classifier, ClassifierStatus
+from app.classifiers.prediction_store import Predictions, PredictionStore
+from app.classifiers.service import weights_path
+from app.classifiers.timm_source import load_weights_file
+from app.images.models import CompetitionImage, Image
+from app.images.store import ImageStore
+from app.jobs.models import Job, JobStatus
+from tests.jobs.conftest import set_up_competition
+from workers.client import LeaseLost, ServiceClient
+from workers.inference import InferenceEngine
+
+WAIT_S = 120
+
+
+def start_worker(service, name: str, *extra: str) -> subprocess.Popen:
+    """`mad worker` in its own process against the live service."""
+    command = [
+        sys.executable,
+        "-c",
+        "from app.cli.main import app; app()",
+        "worker",
+        "--url",
+        service.url,
+        "--token",
+        service.worker_token,
+        "--name",
+        name,
+        "--device",
+        "cpu",
+        "--batch-size",
+        "16",
+        "--loader-workers",
+        "0",
+        *extra,
+    ]
+    env = {**os.environ, "MAD_DATA_DIR": str(service.settings.data_dir / name)}
+    return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def wait_for(predicate, what: str):
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def clean_predictions(service, classifier: Classifier, n_images: int) -> Predictions:
+    """What an undisturbed run predicts: the engine over every image, in one process."""
+    with service.session() as session:
+        rows = session.execute(
+            select(CompetitionImage.ordinal, Image.sha256, Image.format)
+            .join(Image, Image.id == CompetitionImage.image_id)
+            .where(CompetitionImage.competition_id == classifier.competition_id)
+            .order_by(CompetitionImage.ordinal)
+        ).all()
+    store = ImageStore(service.settings.data_dir)
+    files = {ordinal: store.image_path(sha256, image_format) for ordinal, sha256, image_format in rows}
+    model = load_weights_file(
+        classifier.architecture,
+        weights_path(service.settings, classifier.weights_sha256, classifier.weights_format),
+        1000,
+    )
+    engine = InferenceEngine([model], device="cpu", batch_size=32, num_workers=0)
+    (predictions,) = engine.predict(list(range(n_images)), lambda ordinal: files[ordinal].read_bytes())
+    return predictions
+
+
+def test_a_worker_killed_mid_shard_is_taken_over_and_predictions_equal_a_clean_run(live_service, tmp_path):
+    n_images = 600
+    set_up_competition(live_service, tmp_path, images=n_images, architectures=("test_resnet",))
+    victim = start_worker(live_service, "victim")
+
+    def victim_is_mid_shard():
+        with live_service.session() as session:
+            return session.scalar(
+                select(Job).where(
+                    Job.status == JobStatus.running, Job.lease_owner == "victim", Job.progress_done > 0
+                )
+            )
+
+    interrupted = wait_for(victim_is_mid_shard, "the victim to be part-way through a shard")
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+
+    rescuer = start_worker(live_service, "rescuer", "--exit-when-idle")
+    assert rescuer.wait(timeout=WAIT_S) == 0, rescuer.stderr.read().decode()
+
+    with live_service.session() as session:
+        job = session.get(Job, interrupted.id)
+        assert (job.status, job.lease_owner, job.attempts) == (JobStatus.done, "rescuer", 2)
+        classifier = session.scalars(select(Classifier)).one()
+        assert classifier.status == ClassifierStatus.ready
+        assert session.scalars(select(Job.status)).all() == [JobStatus.done] * (n_images // 100)
+    stored = PredictionStore(live_service.settings.predictions_dir).read(
+        classifier.id, n_images
+    )  # no gap/overlap
+    clean = clean_predictions(live_service, classifier, n_images)
+    assert np.array_equal(stored.top1, clean.top1)
+    assert np.allclose(stored.prob, clean.prob, atol=1e-5)
+    assert np.allclose(stored.top5_prob, clean.top5_prob, atol=1e-5)
+
+
+def shard_result(job: dict) -> Predictions:
+    size = job["predict"]["shard_end"] - job["predict"]["shard_start"]
+    predictions = Predictions.empty(size)
+    predictions.top1[:] = 7
+    predictions.prob[:] = 0.9
+    return predictions
+
+
+def test_racing_workers_never_both_complete_a_job(live_service, tmp_path):
+    set_up_competition(live_service, tmp_path, images=100, architectures=("test_resnet",))
+    slow, fast = (
+        ServiceClient(live_service.url, live_service.worker_token),
+        ServiceClient(live_service.url, live_service.worker_token),
+    )
+    (first,) = slow.claim("slow")["jobs"]
+    time.sleep(live_service.settings.job_lease_s + 0.5)  # no heartbeat: the lease expires
+    (second,) = fast.claim("fast")["jobs"]
+    assert second["id"] == first["id"] and second["lease_token"] != first["lease_token"]
+
+    fast.complete_predict(second["id"], second["lease_token"], shard_result(second))
+    for attempt in (
+        lambda: slow.complete_predict(first["id"], first["lease_token"], shard_result(first)),
+        lambda: slow.fail(first["id"], first["lease_token"], "late", permanent=True),
+    ):
+        try:
+            attempt()
+            raise AssertionError("the worker that lost its lease could still finish the job")
+        except LeaseLost:
+            pass
+    assert slow.heartbeat([(first["id"], first["lease_token"], 50)]) == {first["id"]: False}
+    fast.complete_predict(second["id"], second["lease_token"], shard_result(second))  # idempotent repeat
+    with live_service.session() as session:
+        job = session.get(Job, first["id"])
+        assert (job.status, job.lease_owner, job.attempts) == (JobStatus.done, "fast", 2)
+
+
+def test_concurrent_claims_hand_each_job_to_exactly_one_worker(live_service, tmp_path):
+    set_up_competition(live_service, tmp_path, images=1000, architectures=("test_resnet",))  # 10 shards
+
+    def claim_all(name: str) -> list[int]:
+        client = ServiceClient(live_service.url, live_service.worker_token)
+        claimed = []
+        while jobs := client.claim(name)["jobs"]:
+            claimed += [job["id"] for job in jobs]
+        return claimed
+
+    with ThreadPoolExecutor(8) as pool:
+        per_worker = list(pool.map(claim_all, [f"w{i}" for i in range(8)]))
+    claimed = [job_id for ids in per_worker for job_id in ids]
+    assert len(claimed) == len(set(claimed)) == 10

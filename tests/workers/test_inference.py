@@ -1,0 +1,150 @@
+"""The batched inference engine against plain timm forward passes on the same images."""
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import timm
+import torch
+from PIL import Image, ImageOps
+
+from app.classifiers.prediction_store import Predictions
+from workers.inference import InferenceEngine, PreparedModel, classify, decode_image
+
+
+def reference_probabilities(model: torch.nn.Module, paths) -> np.ndarray:
+    """Softmax of a plain timm pipeline: PIL open, EXIF orientation, RGB, timm eval transform, forward."""
+    transform = timm.data.create_transform(**timm.data.resolve_model_data_config(model))
+    batch = torch.stack(
+        [transform(ImageOps.exif_transpose(Image.open(path)).convert("RGB")) for path in paths]
+    )
+    with torch.no_grad():
+        return model(batch).softmax(dim=1).numpy()
+
+
+def assert_matches_reference(predictions: Predictions, rows: list[int], probabilities: np.ndarray) -> None:
+    """Engine rows equal the reference's top-1, top-5, their probabilities and entropy in bits."""
+    expected_top5 = np.argsort(-probabilities, axis=1)[:, :5]
+    np.testing.assert_array_equal(predictions.top1[rows], expected_top5[:, 0])
+    np.testing.assert_array_equal(predictions.top5[rows], expected_top5)
+    np.testing.assert_allclose(predictions.prob[rows], probabilities.max(axis=1), rtol=1e-4)
+    np.testing.assert_allclose(
+        predictions.top5_prob[rows], np.take_along_axis(probabilities, expected_top5, axis=1), rtol=1e-4
+    )
+    entropy_bits = -(probabilities * np.log2(probabilities)).sum(axis=1)
+    np.testing.assert_allclose(predictions.entropy_bits[rows], entropy_bits, rtol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def engine(models) -> InferenceEngine:
+    return InferenceEngine(models, batch_size=4, num_workers=2)
+
+
+@pytest.fixture(scope="module")
+def all_predictions(engine, images, read_bytes) -> list[Predictions]:
+    return engine.predict(list(range(len(images.paths))), read_bytes)
+
+
+def test_each_model_matches_a_plain_forward_pass(models, images, all_predictions):
+    decodable = images.decodable
+    for model, predictions in zip(models, all_predictions, strict=True):
+        probabilities = reference_probabilities(model, [images.paths[i] for i in decodable])
+        assert_matches_reference(predictions, decodable, probabilities)
+
+
+def test_undecodable_images_get_no_prediction_rows(images, all_predictions):
+    undecodable = list(images.undecodable)
+    for predictions in all_predictions:
+        assert len(predictions) == len(images.paths)
+        assert (predictions.top1[undecodable] == -1).all() and (predictions.top5[undecodable] == -1).all()
+        assert (predictions.prob[undecodable] == 0).all() and np.isnan(
+            predictions.entropy_bits[undecodable]
+        ).all()
+        assert (predictions.top1[images.decodable] >= 0).all()
+
+
+def test_exif_orientation_is_applied(images, all_predictions):
+    rotated, upright = images.exif_rotated, images.upright_copy
+    sideways = Image.open(images.paths[rotated])
+    assert sideways.size == (240, 120) and decode_image(images.paths[rotated].read_bytes()).size == (120, 240)
+    for predictions in all_predictions:
+        np.testing.assert_allclose(predictions.top5_prob[rotated], predictions.top5_prob[upright], rtol=1e-6)
+        np.testing.assert_allclose(
+            predictions.entropy_bits[rotated], predictions.entropy_bits[upright], rtol=1e-6
+        )
+
+
+def test_models_sharing_a_batch_predict_as_they_do_alone(models, images, read_bytes, engine, all_predictions):
+    assert engine.group_of_model == [0, 1, 1]  # test_efficientnet and test_vit differ only in mean/std
+    ordinals = list(range(len(images.paths)))
+    for model, together in zip(models, all_predictions, strict=True):
+        (alone,) = InferenceEngine([model], batch_size=4, num_workers=0).predict(ordinals, read_bytes)
+        for name, array in together.arrays().items():
+            np.testing.assert_allclose(getattr(alone, name), array, rtol=1e-6, err_msg=name)
+
+
+def test_rows_follow_the_given_ordinals(models, read_bytes, all_predictions):
+    ordinals = [11, 0, 5, 3]
+    (predictions,) = InferenceEngine(models[:1], batch_size=3, num_workers=1).predict(ordinals, read_bytes)
+    for name, array in all_predictions[0].arrays().items():
+        np.testing.assert_allclose(getattr(predictions, name), array[ordinals], rtol=1e-6, err_msg=name)
+
+
+@dataclass(frozen=True)
+class FailingReader:
+    """A read_bytes whose storage fails for one ordinal, as a lost file or a network error would."""
+
+    read_bytes: Callable[[int], bytes]
+    failing: int
+
+    def __call__(self, ordinal: int) -> bytes:
+        if ordinal == self.failing:
+            raise FileNotFoundError(f"image {ordinal} is gone")
+        return self.read_bytes(ordinal)
+
+
+def test_a_failed_read_fails_the_shard_rather_than_passing_for_a_bad_image(models, read_bytes):
+    engine = InferenceEngine(models[:1], batch_size=2, num_workers=1)
+
+    with pytest.raises(FileNotFoundError, match="image 3 is gone"):
+        engine.predict(list(range(6)), FailingReader(read_bytes, failing=3))
+
+
+def test_progress_reports_every_batch(models, read_bytes):
+    reports = []
+    InferenceEngine(models[:1], batch_size=4, num_workers=0).predict(
+        list(range(10)), read_bytes, progress=lambda done, total: reports.append((done, total))
+    )
+    assert reports == [(4, 10), (8, 10), (10, 10)]
+
+
+def test_no_ordinals_give_empty_arrays(models, read_bytes):
+    (predictions,) = InferenceEngine(models[:1]).predict([], read_bytes)
+    assert len(predictions) == 0
+
+
+def test_padding_a_batch_for_a_fixed_shape_graph_does_not_change_its_rows(models):
+    model = models[0]
+    config = timm.data.resolve_model_data_config(model)
+    images = torch.randint(0, 256, (3, *config["input_size"]), dtype=torch.uint8)
+    mean = torch.tensor(config["mean"]).view(1, -1, 1, 1)
+    std = torch.tensor(config["std"]).view(1, -1, 1, 1)
+
+    plain = classify(PreparedModel(model, mean, std, autocast_dtype=None, pad_to_batch=None), images)
+    padded = classify(PreparedModel(model, mean, std, autocast_dtype=None, pad_to_batch=8), images)
+
+    assert padded.top5.shape == (3, 5)
+    torch.testing.assert_close(padded.top5_prob, plain.top5_prob)
+    torch.testing.assert_close(padded.entropy_bits, plain.entropy_bits)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_bf16_agrees_with_cpu_fp32(models, images, read_bytes, all_predictions):
+    ordinals = list(range(len(images.paths)))
+    gpu_models = [copy.deepcopy(model) for model in models]  # the engine moves models to its device
+    on_gpu = InferenceEngine(gpu_models, device="cuda", batch_size=4).predict(ordinals, read_bytes)
+    for gpu, cpu in zip(on_gpu, all_predictions, strict=True):
+        np.testing.assert_array_equal(gpu.top1 == -1, cpu.top1 == -1)
+        np.testing.assert_allclose(gpu.top5_prob, cpu.top5_prob, atol=0.02)
