@@ -1,0 +1,164 @@
+"""Pair subsets S_ij with their reserve, the (image, class) questions, votes and difficulty flags,
+and the labelling queue: one item per image with its leases.
+"""
+
+from datetime import datetime
+from enum import StrEnum
+
+from sqlalchemy import ForeignKey, Index, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db import Base, str_enum, utcnow
+
+
+class PairSubset(Base):
+    """The images selected for one classifier pair (i < j by id), paper Algorithm 1 line 10."""
+
+    __tablename__ = "pair_subsets"
+    __table_args__ = (UniqueConstraint("classifier_a_id", "classifier_b_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    competition_id: Mapped[int] = mapped_column(ForeignKey("competitions.id", ondelete="CASCADE"), index=True)
+    classifier_a_id: Mapped[int] = mapped_column(ForeignKey("classifiers.id", ondelete="CASCADE"))
+    classifier_b_id: Mapped[int] = mapped_column(ForeignKey("classifiers.id", ondelete="CASCADE"), index=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class PairImageRole(StrEnum):
+    """Selected for labelling, held in reserve as a replacement, or discarded as too difficult."""
+
+    selected = "selected"
+    reserve = "reserve"
+    discarded = "discarded"
+
+
+class PairImage(Base):
+    """One image of a pair's ordered list (selected first, then reserve) with both predictions."""
+
+    __tablename__ = "pair_images"
+
+    subset_id: Mapped[int] = mapped_column(
+        ForeignKey("pair_subsets.id", ondelete="CASCADE"), primary_key=True
+    )
+    position: Mapped[int] = mapped_column(primary_key=True)
+    image_id: Mapped[int] = mapped_column(ForeignKey("images.id", ondelete="RESTRICT"), index=True)
+    role: Mapped[PairImageRole] = mapped_column(str_enum(PairImageRole))
+    distance: Mapped[float]
+    label_a: Mapped[int]
+    label_b: Mapped[int]
+    prob_a: Mapped[float]
+    prob_b: Mapped[float]
+
+
+class Question(Base):
+    """ "Does this image contain a ⟨class⟩?" — asked once per (image, class), shared by every pair.
+
+    yes_votes and no_votes count the votes that count (annotators whose votes are not excluded); a gold
+    question has a known answer, which is also its outcome, and its votes only measure the annotators.
+    """
+
+    __tablename__ = "questions"
+    __table_args__ = (
+        UniqueConstraint("competition_id", "image_id", "class_index"),
+        Index("ix_questions_open", "competition_id", "outcome"),
+        Index("ix_questions_gold", "competition_id", "gold_answer"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    competition_id: Mapped[int] = mapped_column(ForeignKey("competitions.id", ondelete="CASCADE"))
+    image_id: Mapped[int] = mapped_column(ForeignKey("images.id", ondelete="RESTRICT"), index=True)
+    class_index: Mapped[int]
+    outcome: Mapped[bool | None]
+    decided_at: Mapped[datetime | None]
+    gold_answer: Mapped[bool | None]
+    yes_votes: Mapped[int] = mapped_column(default=0)
+    no_votes: Mapped[int] = mapped_column(default=0)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Vote(Base):
+    """One annotator's yes/no answer to one question, with the seconds it took."""
+
+    __tablename__ = "votes"
+    __table_args__ = (
+        UniqueConstraint("question_id", "user_id"),
+        Index("ix_votes_user_created", "user_id", "created_at"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    question_id: Mapped[int] = mapped_column(ForeignKey("questions.id", ondelete="CASCADE"))
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    answer: Mapped[bool]
+    seconds: Mapped[float | None]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class DifficultyFlag(Base):
+    """An annotator's verdict that an image is too difficult or not a natural photo."""
+
+    __tablename__ = "difficulty_flags"
+    __table_args__ = (UniqueConstraint("competition_id", "image_id", "user_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    competition_id: Mapped[int] = mapped_column(ForeignKey("competitions.id", ondelete="CASCADE"))
+    image_id: Mapped[int] = mapped_column(ForeignKey("images.id", ondelete="RESTRICT"), index=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class LabelItem(Base):
+    """One image of the labelling queue, with the state that makes picking the next item one index scan.
+
+    needed: the fewest further counted votes that could decide one of its open questions (0 when nothing is
+    left to ask, or the image is discarded); it caps the concurrent leases and orders the queue (partly-voted
+    images first). spread: the image's position in its pairs' selections, so every pair advances together.
+    shuffle: a random tie-break fixed at creation. flags: counted difficulty flags.
+    """
+
+    __tablename__ = "label_items"
+    __table_args__ = (
+        UniqueConstraint("competition_id", "image_id"),
+        Index("ix_label_items_queue", "competition_id", "needed", "spread", "shuffle"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    competition_id: Mapped[int] = mapped_column(ForeignKey("competitions.id", ondelete="CASCADE"))
+    image_id: Mapped[int] = mapped_column(ForeignKey("images.id", ondelete="RESTRICT"), index=True)
+    needed: Mapped[int] = mapped_column(default=0)
+    spread: Mapped[int]
+    shuffle: Mapped[int]
+    flags: Mapped[int] = mapped_column(default=0)
+    discarded: Mapped[bool] = mapped_column(default=False)
+
+
+class AssignmentStatus(StrEnum):
+    """An annotator's relation to an item: holding it under a lease, done with it, or flagged it."""
+
+    leased = "leased"
+    done = "done"
+    flagged = "flagged"
+
+
+class Assignment(Base):
+    """An item handed to an annotator: a lease until expires_at, then done (all answered) or flagged."""
+
+    __tablename__ = "label_assignments"
+    __table_args__ = (Index("ix_label_assignments_user_status", "user_id", "status"),)
+
+    item_id: Mapped[int] = mapped_column(ForeignKey("label_items.id", ondelete="CASCADE"), primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), primary_key=True)
+    status: Mapped[AssignmentStatus] = mapped_column(str_enum(AssignmentStatus))
+    leased_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
+
+
+class UndoDepth(Base):
+    """How many answers an annotator stands below their highest point in a competition (undo is capped)."""
+
+    __tablename__ = "label_undo_depths"
+
+    competition_id: Mapped[int] = mapped_column(
+        ForeignKey("competitions.id", ondelete="CASCADE"), primary_key=True
+    )
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), primary_key=True)
+    depth: Mapped[int] = mapped_column(default=0)

@@ -1,0 +1,159 @@
+"""Labelling API: lease the next image, answer, flag, undo, progress; gold and annotators (admin)."""
+
+from fastapi import APIRouter, status
+
+from app.competitions.service import get_competition
+from app.db import SessionDep
+from app.labelling import service
+from app.labelling.schemas import (
+    AnnotatorStatsRead,
+    AnswersCreate,
+    AnswersRead,
+    FlagCreate,
+    FlagRead,
+    GoldCreate,
+    GoldRead,
+    ItemRead,
+    MyStatsRead,
+    NextItemRead,
+    UndoRead,
+)
+from app.users.auth import AdminUser, AnnotatorUser
+
+router = APIRouter(prefix="/api/v1/competitions/{competition_id}/labelling", tags=["labelling"])
+
+
+@router.post("/next", summary="Lease the next image to label")
+def next_item(competition_id: int, db_session: SessionDep, user: AnnotatorUser) -> NextItemRead:
+    """The image the caller should label now with its yes/no questions, leased to them for two minutes.
+
+    A reload returns the same image while the lease runs. Never an image the caller flagged or a question
+    they answered; images already partly voted come first. `status` is `busy` when every open image is
+    leased to others (ask again shortly) and `finished` when nothing is left for the caller.
+    """
+    competition = service.get_competition_for_labelling(db_session=db_session, competition_id=competition_id)
+    return _next_item_read(service.next_item(db_session=db_session, competition=competition, user=user))
+
+
+def _next_item_read(result: service.NextItem) -> NextItemRead:
+    """The API view of the next item."""
+    return NextItemRead(status=result.status, item=None if result.item is None else ItemRead.of(result.item))
+
+
+@router.post("/answers", summary="Answer questions of one image")
+def submit_answers(
+    competition_id: int, body: AnswersCreate, db_session: SessionDep, user: AnnotatorUser
+) -> AnswersRead:
+    """Store yes/no answers with the seconds each took. A question is decided once a strict majority of the
+    panel agrees (3 of 5) and is then asked no more; answers to questions decided meanwhile are listed in
+    `already_decided` and not stored. Sending a stored answer again is a no-op; changing one needs undo
+    (409). With `"next": true` the response also carries the next image, leased as by POST …/next."""
+    competition = service.get_competition_for_labelling(db_session=db_session, competition_id=competition_id)
+    result = service.submit_answers(
+        db_session=db_session,
+        competition=competition,
+        user=user,
+        answers=[service.Answer(a.question_id, a.answer, a.seconds) for a in body.answers],
+    )
+    following = None
+    if body.next:
+        following = _next_item_read(
+            service.next_item(db_session=db_session, competition=competition, user=user)
+        )
+    return AnswersRead(
+        recorded=result.recorded,
+        already_decided=result.already_decided,
+        item_done=result.item_done,
+        next=following,
+    )
+
+
+@router.post("/flags", summary="Flag an image as too difficult or not a natural photo")
+def flag_image(
+    competition_id: int, body: FlagCreate, db_session: SessionDep, user: AnnotatorUser
+) -> FlagRead:
+    """The caller is not asked this image again. When more than 60% of the panel flag it (4 of 5), it is
+    discarded for every pair that selected it and each pair's next reserve image is asked instead."""
+    competition = service.get_competition_for_labelling(db_session=db_session, competition_id=competition_id)
+    discarded = service.flag_image(
+        db_session=db_session, competition=competition, user=user, item_id=body.item_id
+    )
+    return FlagRead(discarded=discarded)
+
+
+@router.post("/undo", summary="Undo the last answer or flag")
+def undo(competition_id: int, db_session: SessionDep, user: AnnotatorUser) -> UndoRead:
+    """Take back the caller's latest answer (or flag) and lease its image again with the undone question
+    first. Up to ten steps back; 404 when there is nothing to undo, 409 past ten or when the panel has
+    already discarded a flagged image."""
+    competition = service.get_competition_for_labelling(db_session=db_session, competition_id=competition_id)
+    result = service.undo_last(db_session=db_session, competition=competition, user=user)
+    return UndoRead(
+        undone=result.undone,
+        question_id=result.question_id,
+        item=None if result.item is None else ItemRead.of(result.item),
+    )
+
+
+@router.get("/me", summary="My labelling progress")
+def my_stats(competition_id: int, db_session: SessionDep, user: AnnotatorUser) -> MyStatsRead:
+    """Answers today (UTC) and in total, flags, accuracy on gold questions, and images left to label."""
+    competition = service.get_competition_for_labelling(db_session=db_session, competition_id=competition_id)
+    (stats,) = service.annotator_stats(db_session=db_session, competition=competition, user_ids=[user.id])
+    return MyStatsRead(
+        answered_today=stats.answered_today,
+        answered_total=stats.answered_total,
+        flagged=stats.flagged,
+        images_left=service.images_left(db_session=db_session, competition=competition),
+        gold_answered=stats.gold_answered,
+        gold_correct=stats.gold_correct,
+        gold_accuracy=stats.gold_accuracy,
+    )
+
+
+@router.get("/annotators", summary="Annotators' progress and gold accuracy (admin)")
+def annotators(competition_id: int, db_session: SessionDep, _admin: AdminUser) -> list[AnnotatorStatsRead]:
+    """Every account that answered or flagged in this competition: answers, flags, accuracy on gold
+    questions, mean seconds per answer, and whether it is paused or its votes are excluded."""
+    competition = get_competition(db_session=db_session, competition_id=competition_id)
+    return [
+        AnnotatorStatsRead.of(stats)
+        for stats in service.annotator_stats(db_session=db_session, competition=competition)
+    ]
+
+
+@router.post("/gold", status_code=status.HTTP_201_CREATED, summary="Add a gold question (admin)")
+def add_gold(competition_id: int, body: GoldCreate, db_session: SessionDep, _admin: AdminUser) -> GoldRead:
+    """A question with a known answer, mixed into annotators' work at the competition's gold_rate to
+    measure their accuracy; its known answer is also its outcome. Ask both of an image's classes so gold
+    images look like the others."""
+    competition = get_competition(db_session=db_session, competition_id=competition_id)
+    question = service.add_gold_question(
+        db_session=db_session,
+        competition=competition,
+        image_sha256=body.image_sha256,
+        class_index=body.class_index,
+        answer=body.answer,
+    )
+    return _gold_read(question, body.image_sha256, competition.class_names)
+
+
+@router.get("/gold", summary="List gold questions (admin)")
+def list_gold(competition_id: int, db_session: SessionDep, _admin: AdminUser) -> list[GoldRead]:
+    """Every gold question of the competition with its known answer."""
+    competition = get_competition(db_session=db_session, competition_id=competition_id)
+    return [
+        _gold_read(question, sha256, competition.class_names)
+        for question, sha256 in service.gold_questions(db_session=db_session, competition=competition)
+    ]
+
+
+def _gold_read(question, image_sha256: str, class_names: list) -> GoldRead:
+    """The API view of a gold question."""
+    return GoldRead(
+        question_id=question.id,
+        image_sha256=image_sha256,
+        class_index=question.class_index,
+        class_name=str(class_names[question.class_index]),
+        answer=question.gold_answer,
+    )

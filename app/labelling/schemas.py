@@ -1,0 +1,167 @@
+"""Request and response bodies of the labelling API; none of them ever names a classifier."""
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from app.images.store import SHA256_PATTERN
+from app.labelling import service
+
+
+class QuestionRead(BaseModel):
+    """One yes/no question on the image, by class name only."""
+
+    question_id: int
+    class_name: str = Field(examples=["fountain"])
+    text: str = Field(examples=["Does this image contain a fountain?"])
+
+    @classmethod
+    def of(cls, question: service.PresentedQuestion) -> "QuestionRead":
+        """The API view of a presented question."""
+        return cls(
+            question_id=question.question_id,
+            class_name=question.class_name,
+            text=f"Does this image contain {_article(question.class_name)} {question.class_name}?",
+        )
+
+
+def _article(name: str) -> str:
+    """'an' before a written vowel, else 'a'."""
+    return "an" if name[:1].lower() in "aeiou" else "a"
+
+
+class ItemRead(BaseModel):
+    """An image leased to the caller with the questions they still have to answer on it, in random order."""
+
+    item_id: int
+    image_url: str = Field(description="The full-size image (immutable, cacheable).")
+    width: int
+    height: int
+    questions: list[QuestionRead]
+    lease_expires_at: datetime = Field(
+        description="Until then no one else takes the caller's place on this image; answering later still "
+        "counts if the questions are still open."
+    )
+
+    @classmethod
+    def of(cls, item: service.PresentedItem) -> "ItemRead":
+        """The API view of a presented item."""
+        return cls(
+            item_id=item.item_id,
+            image_url=f"/images/{item.image_sha256}",
+            width=item.width,
+            height=item.height,
+            questions=[QuestionRead.of(question) for question in item.questions],
+            lease_expires_at=item.lease_expires_at,
+        )
+
+
+class NextItemRead(BaseModel):
+    """The next item, or why there is none: `busy` (the rest is leased to others) or `finished`."""
+
+    status: Literal["item", "busy", "finished"]
+    item: ItemRead | None
+
+
+class AnswerCreate(BaseModel):
+    """The caller's answer to one question, with the seconds they took."""
+
+    question_id: int
+    answer: bool = Field(description="True: yes, the image contains this class.")
+    seconds: float | None = Field(default=None, ge=0, le=86_400, description="Time taken to answer.")
+
+
+class AnswersCreate(BaseModel):
+    """Answers to questions of one image."""
+
+    answers: list[AnswerCreate] = Field(min_length=1, max_length=50)
+    next: bool = Field(
+        default=False,
+        description="Also lease the next image and return it, as POST …/next would (one round "
+        "trip per image instead of two).",
+    )
+
+
+class AnswersRead(BaseModel):
+    """What was stored; questions decided by others meanwhile are listed and not stored."""
+
+    recorded: int
+    already_decided: list[int]
+    item_done: bool = Field(description="True when the caller has nothing left to answer on this image.")
+    next: NextItemRead | None = Field(default=None, description="The next image, when asked for.")
+
+
+class FlagCreate(BaseModel):
+    """Flag an item's image as too difficult or not a natural photo."""
+
+    item_id: int
+
+
+class FlagRead(BaseModel):
+    """Whether the panel has now discarded the image (its pairs then label their next reserve image)."""
+
+    discarded: bool
+
+
+class UndoRead(BaseModel):
+    """What undo took back, and the item to answer again (the undone question first).
+
+    `item` is null when nothing is left to ask the caller on that image (its questions were decided by
+    others meanwhile, or the image was discarded).
+    """
+
+    undone: Literal["answer", "flag"]
+    question_id: int | None = Field(description="The question whose answer was taken back (null for a flag).")
+    item: ItemRead | None
+
+
+class MyStatsRead(BaseModel):
+    """The caller's progress: answers today (UTC) and in total, flags, gold accuracy, and images left."""
+
+    answered_today: int
+    answered_total: int
+    flagged: int
+    images_left: int = Field(description="Images of the competition whose questions still need votes.")
+    gold_answered: int
+    gold_correct: int
+    gold_accuracy: float | None
+
+
+class AnnotatorStatsRead(BaseModel):
+    """One annotator's work in a competition, for admins."""
+
+    user_id: int
+    username: str
+    is_active: bool
+    votes_excluded: bool
+    answered_total: int
+    answered_today: int
+    flagged: int
+    gold_answered: int
+    gold_correct: int
+    gold_accuracy: float | None
+    mean_seconds: float | None
+
+    @classmethod
+    def of(cls, stats: service.AnnotatorStats) -> "AnnotatorStatsRead":
+        """The API view of an annotator's statistics."""
+        return cls(**vars(stats), gold_accuracy=stats.gold_accuracy)
+
+
+class GoldCreate(BaseModel):
+    """A gold question: an image of the competition, a class and the known answer."""
+
+    image_sha256: str = Field(pattern=SHA256_PATTERN.pattern)
+    class_index: int = Field(ge=0, description="The class's index in the competition's label set.")
+    answer: bool = Field(description="True: the image contains this class.")
+
+
+class GoldRead(BaseModel):
+    """A gold question with its known answer."""
+
+    question_id: int
+    image_sha256: str
+    class_index: int
+    class_name: str
+    answer: bool

@@ -1,0 +1,442 @@
+"""Benchmark labelling: 50 concurrent annotators against uvicorn on Postgres with 100,000 open questions.
+
+Creates its own database (and drops it), fills it in bulk (images by SQL, pairs through the labelling
+service: k = 30 selected and 2 reserve images per pair, two questions per image), starts uvicorn, and
+runs simulated annotators (asyncio, keep-alive HTTP/1.1): take the next image, think for a random time
+(exponential, mean `--think-ms`) per question, answer (the hidden truth 90% of the time), repeat.
+Identical think times would march all 50 in step. Prints answers/s and the p50/p99 latency of
+next-item and submit measured by the clients after a warm-up, with the server's CPU time per answer and the
+machine's load average: latency on a shared machine depends on what else runs; CPU per answer does not.
+
+--flow page (default) does what the labelling page does: each submit also brings the next image
+("next": true), so next-item is called on its own only at the start and when every open image is leased
+to others. --flow api calls next-item and submit separately for every image.
+
+    .venv/bin/python benchmarks/labelling.py [--json] [--annotators 50] [--questions 100000]
+        [--duration 30] [--think-ms 100] [--flow page|api] [--server-workers 2] [--backend postgres|sqlite]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import http.client
+import json
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from itertools import combinations, islice
+from pathlib import Path
+
+import numpy as np
+import psycopg
+from sqlalchemy import insert, make_url, select
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPOSITORY))
+
+from app.classifiers.models import Classifier, ClassifierSource, ClassifierStatus  # noqa: E402
+from app.competitions.schemas import CompetitionCreate  # noqa: E402
+from app.competitions.service import create_competition  # noqa: E402
+from app.db import create_db_engine, create_sessionmaker, utcnow  # noqa: E402
+from app.images.models import CompetitionImage, Image  # noqa: E402
+from app.labelling.models import Question  # noqa: E402
+from app.labelling.service import store_pair_subset  # noqa: E402
+from app.migrate import upgrade  # noqa: E402
+from app.users import service as users_service  # noqa: E402
+from app.users.models import Role  # noqa: E402
+
+POSTGRES_URL = os.environ.get("MAD_TEST_POSTGRES_URL", "postgresql+psycopg://root@127.0.0.1:5432/postgres")
+K = 30
+RESERVE = 2
+NUM_CLASSES = 1000
+TRUTH_RATE = 0.9
+SECRET_KEY = "benchmark-secret-key-" + "x" * 32
+RECONNECT_EVERY = 20
+"""Requests per connection. Browsers and proxies recycle connections; with one connection for life per
+annotator, uvicorn's shared accept queue put 43 of the 50 on one of two workers."""
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Database:
+    """A database of its own: a new Postgres database (dropped at the end) or an SQLite file."""
+
+    def __init__(self, backend: str, workdir: Path):
+        self.backend = backend
+        self.name = f"mad_bench_{uuid.uuid4().hex[:12]}"
+        if backend == "sqlite":
+            self.url = f"sqlite:///{workdir / 'bench.sqlite3'}"
+            return
+        server = make_url(POSTGRES_URL)
+        self.admin = dict(
+            host=server.host, port=server.port or 5432, user=server.username, dbname=server.database
+        )
+        with psycopg.connect(**self.admin, autocommit=True) as admin:
+            admin.execute(f'CREATE DATABASE "{self.name}"')
+        self.url = server.set(database=self.name).render_as_string(hide_password=False)
+
+    def drop(self) -> None:
+        """Remove the Postgres database."""
+        if self.backend == "postgres":
+            with psycopg.connect(**self.admin, autocommit=True) as admin:
+                admin.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+
+
+def batched(iterable, size):
+    """Lists of at most size items."""
+    iterator = iter(iterable)
+    while batch := list(islice(iterator, size)):
+        yield batch
+
+
+def fill(
+    url: str, questions: int, annotators: int, seed: int
+) -> tuple[int, list[str], dict[int, bool], float]:
+    """Images (SQL), classifiers, pairs (labelling service) and annotators with tokens; returns the
+    competition id, the tokens, each question's hidden truth, and the seconds it took."""
+    started = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    engine = create_db_engine(url)
+    with create_sessionmaker(engine)() as db_session:
+        competition = create_competition(db_session=db_session, spec=CompetitionCreate(name="bench", k=K))
+        n_pairs = -(-questions // (2 * K))
+        n_classifiers = next(m for m in range(2, 1000) if m * (m - 1) // 2 >= n_pairs)
+        classifier_ids = []
+        for index in range(n_classifiers):
+            classifier = Classifier(
+                competition_id=competition.id,
+                name=f"bench-{index}",
+                source=ClassifierSource.predictions_file,
+                status=ClassifierStatus.ready,
+            )
+            db_session.add(classifier)
+            db_session.flush()
+            classifier_ids.append(classifier.id)
+        n_images = n_pairs * (K + RESERVE)
+        now = utcnow()
+        for batch in batched(range(n_images), 10_000):
+            db_session.execute(
+                insert(Image),
+                [
+                    {
+                        "sha256": hashlib.sha256(f"bench-{i}".encode()).hexdigest(),
+                        "format": "jpeg",
+                        "width": 640,
+                        "height": 480,
+                        "bytes": 1,
+                        "original_name": f"{i}.jpg",
+                        "created_at": now,
+                    }
+                    for i in batch
+                ],
+            )
+        image_ids = list(db_session.scalars(select(Image.id).order_by(Image.id)))
+        for batch in batched(enumerate(image_ids), 10_000):
+            db_session.execute(
+                insert(CompetitionImage),
+                [
+                    {"competition_id": competition.id, "image_id": image_id, "ordinal": i, "added_at": now}
+                    for i, image_id in batch
+                ],
+            )
+        pairs = list(islice(combinations(classifier_ids, 2), n_pairs))
+        for number, (a, b) in enumerate(pairs):
+            chosen = image_ids[number * (K + RESERVE) : (number + 1) * (K + RESERVE)]
+            labels = rng.choice(NUM_CLASSES, size=(len(chosen), 2), replace=True)
+            labels[:, 1] = (labels[:, 0] + 1 + labels[:, 1] % (NUM_CLASSES - 1)) % NUM_CLASSES
+            entries = [
+                (image_id, 1.0 - position / 1000, int(la), int(lb), 0.9, 0.9)
+                for position, (image_id, (la, lb)) in enumerate(zip(chosen, labels, strict=True))
+            ]
+            store_pair_subset(
+                db_session=db_session,
+                competition=competition,
+                classifier_a_id=a,
+                classifier_b_id=b,
+                entries=entries,
+            )
+        tokens = []
+        for index in range(annotators):
+            user = users_service.create_user(
+                db_session=db_session, username=f"bench-{index}", role=Role.annotator, password="long enough"
+            )
+            tokens.append(users_service.create_api_token(db_session=db_session, user=user, name="bench"))
+        truth_rng = random.Random(seed)
+        truth = {
+            question_id: truth_rng.random() < 0.5 for question_id in db_session.scalars(select(Question.id))
+        }
+        db_session.commit()
+        competition_id = competition.id
+    engine.dispose()
+    return competition_id, tokens, truth, time.perf_counter() - started
+
+
+class Server:
+    """uvicorn serving the app in subprocesses."""
+
+    def __init__(self, url: str, data_dir: Path, workers: int):
+        self.port = free_port()
+        environment = {
+            **os.environ,
+            "MAD_DATABASE_URL": url,
+            "MAD_DATA_DIR": str(data_dir),
+            "MAD_ENV": "test",
+            "MAD_SECRET_KEY": SECRET_KEY,
+        }
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "--factory",
+                "app.main:create_app",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--workers",
+                str(workers),
+                "--no-access-log",
+                "--log-level",
+                "warning",
+            ],
+            cwd=REPOSITORY,
+            env=environment,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+                connection.request("GET", "/healthz")
+                if connection.getresponse().status == 200:
+                    return
+            except OSError:
+                time.sleep(0.2)
+        self.stop()
+        raise RuntimeError("uvicorn did not start")
+
+    def stop(self) -> None:
+        """Stop uvicorn."""
+        self.process.terminate()
+        self.process.wait(timeout=30)
+
+
+class Annotator:
+    """One simulated annotator over one keep-alive HTTP/1.1 connection (asyncio, so that 50 of them cost
+    the machine little next to the server they measure)."""
+
+    def __init__(
+        self,
+        port: int,
+        competition_id: int,
+        token: str,
+        truth: dict[int, bool],
+        think_s: float,
+        flow: str,
+        seed: int,
+    ):
+        self.port = port
+        self.flow = flow
+        self.prefix = f"/api/v1/competitions/{competition_id}/labelling"
+        self.token = token
+        self.truth = truth
+        self.think_s = think_s
+        self.random = random.Random(seed)
+        self.next_ms: list[float] = []
+        self.submit_ms: list[float] = []
+        self.answers = 0
+        self.errors: list[str] = []
+        self.connection: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        self.requests = 0
+
+    async def post(self, path: str, body: dict | None, latencies: list[float], measuring) -> dict:
+        """POST (on a new connection every RECONNECT_EVERY requests), timing it when measuring; the JSON."""
+        payload = json.dumps(body or {}).encode()
+        head = (
+            f"POST {self.prefix}{path} HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer {self.token}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
+        )
+        started = time.perf_counter()
+        if self.requests % RECONNECT_EVERY == 0:
+            self.close()
+            self.connection = await asyncio.open_connection("127.0.0.1", self.port)
+        self.requests += 1
+        reader, writer = self.connection
+        writer.write(head.encode() + payload)
+        status = await reader.readline()
+        length = 0
+        while (line := await reader.readline()) not in (b"\r\n", b""):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":", 1)[1])
+        data = await reader.readexactly(length)
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        if not status.startswith(b"HTTP/1.1 200"):
+            raise RuntimeError(f"{path}: {status!r} {data[:200]!r}")
+        if measuring.is_set():
+            latencies.append(elapsed_ms)
+        return json.loads(data)
+
+    def close(self) -> None:
+        """Close the connection, if open."""
+        if self.connection is not None:
+            self.connection[1].close()
+
+    async def run(self, stop, measuring) -> None:
+        """Label until told to stop."""
+        try:
+            following = None
+            while not stop.is_set():
+                if following is None or following["item"] is None:
+                    following = await self.post("/next", None, self.next_ms, measuring)
+                if following["item"] is None:
+                    await asyncio.sleep(0.05)
+                    continue
+                questions = following["item"]["questions"]
+                thinking = [self.random.expovariate(1 / self.think_s) for _ in questions]
+                await asyncio.sleep(sum(thinking))
+                answers = [
+                    {
+                        "question_id": q["question_id"],
+                        "answer": self.truth[q["question_id"]] == (self.random.random() < TRUTH_RATE),
+                        "seconds": seconds,
+                    }
+                    for q, seconds in zip(questions, thinking, strict=True)
+                ]
+                body = {"answers": answers, "next": self.flow == "page"}
+                result = await self.post("/answers", body, self.submit_ms, measuring)
+                following = result["next"]
+                if measuring.is_set():
+                    self.answers += result["recorded"]
+        except Exception as error:  # noqa: BLE001 - reported in the results
+            self.errors.append(repr(error))
+        finally:
+            self.close()
+
+
+def cpu_seconds(root_pid: int) -> float:
+    """CPU seconds (user + system) used so far by a process and its children (Linux /proc)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(entry.name) == root_pid or int(fields[1]) == root_pid:
+            total += (int(fields[11]) + int(fields[12])) / ticks
+    return total
+
+
+async def load(
+    crowd: list[Annotator], warmup_s: float, duration_s: float, server_pid: int
+) -> tuple[float, float]:
+    """Run the annotators, measure for duration_s after warmup_s; the seconds measured and the server's CPU
+    seconds in that time."""
+    stop, measuring = asyncio.Event(), asyncio.Event()
+    tasks = [asyncio.create_task(annotator.run(stop, measuring)) for annotator in crowd]
+    await asyncio.sleep(warmup_s)
+    measuring.set()
+    started, cpu_started = time.perf_counter(), cpu_seconds(server_pid)
+    await asyncio.sleep(duration_s)
+    measuring.clear()
+    elapsed, cpu = time.perf_counter() - started, cpu_seconds(server_pid) - cpu_started
+    stop.set()
+    await asyncio.gather(*tasks)
+    return elapsed, cpu
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0-100) of the values, 0 when there are none."""
+    return float(np.percentile(values, q)) if values else 0.0
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Set up, load, measure, tear down."""
+    workdir = Path(tempfile.mkdtemp(prefix="mad-bench-"))
+    database = Database(args.backend, workdir)
+    server = None
+    try:
+        upgrade(database.url)
+        competition_id, tokens, truth, setup_s = fill(
+            database.url, args.questions, args.annotators, args.seed
+        )
+        server = Server(database.url, workdir / "data", args.server_workers)
+        crowd = [
+            Annotator(server.port, competition_id, token, truth, args.think_ms / 1000, args.flow, seed)
+            for seed, token in enumerate(tokens)
+        ]
+        elapsed, server_cpu_s = asyncio.run(load(crowd, args.warmup, args.duration, server.process.pid))
+        answers = sum(annotator.answers for annotator in crowd)
+        next_ms = [value for annotator in crowd for value in annotator.next_ms]
+        submit_ms = [value for annotator in crowd for value in annotator.submit_ms]
+        return {
+            "backend": args.backend,
+            "annotators": args.annotators,
+            "open_questions": len(truth),
+            "think_ms_per_question": args.think_ms,
+            "flow": args.flow,
+            "server_workers": args.server_workers,
+            "setup_s": round(setup_s, 1),
+            "duration_s": round(elapsed, 1),
+            "answers_per_s": round(answers / elapsed, 1),
+            "next_requests": len(next_ms),
+            "next_p50_ms": round(percentile(next_ms, 50), 2),
+            "next_p99_ms": round(percentile(next_ms, 99), 2),
+            "submit_requests": len(submit_ms),
+            "submit_p50_ms": round(percentile(submit_ms, 50), 2),
+            "submit_p99_ms": round(percentile(submit_ms, 99), 2),
+            "server_cpu_ms_per_answer": round(1000 * server_cpu_s / max(answers, 1), 2),
+            "load_average_1min": round(os.getloadavg()[0], 1),
+            "errors": [error for annotator in crowd for error in annotator.errors],
+        }
+    finally:
+        if server is not None:
+            server.stop()
+        database.drop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main() -> None:
+    """Parse arguments, run, print."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--annotators", type=int, default=50)
+    parser.add_argument("--questions", type=int, default=100_000, help="open questions to create")
+    parser.add_argument("--duration", type=float, default=30, help="seconds measured")
+    parser.add_argument("--warmup", type=float, default=5, help="seconds before measuring")
+    parser.add_argument("--think-ms", type=float, default=100, help="an annotator's mean time per question")
+    parser.add_argument(
+        "--flow",
+        choices=("page", "api"),
+        default="page",
+        help="submit brings the next image (page) or not (api)",
+    )
+    parser.add_argument("--server-workers", type=int, default=2, help="uvicorn worker processes")
+    parser.add_argument("--backend", choices=("postgres", "sqlite"), default="postgres")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    results = run(args)
+    if args.json:
+        print(json.dumps(results))
+        return
+    for key, value in results.items():
+        print(f"{key:>22}: {value}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,231 @@
+"""The labelling REST API over HTTP: the annotator's round trip, typed errors, admin routes, OpenAPI."""
+
+import json
+import re
+
+import pytest
+from sqlalchemy import select
+
+from app.images.models import Image
+from app.labelling.models import Question, Vote
+from app.users.models import Role
+from tests.conftest import TEST_PASSWORD, bearer, make_user
+from tests.labelling.factories import labelling_competition
+
+
+@pytest.fixture
+def labelling(db_session, competition):
+    """A competition of three classifiers whose pairs each selected two images (one reserve each)."""
+    competition.k = 2
+    labelling_competition(db_session, competition, classifiers=3, images_per_pair=3)
+    return f"/api/v1/competitions/{competition.id}/labelling"
+
+
+def test_an_annotator_labels_through_the_api(client, labelling, annotator_headers, competition):
+    response = client.post(f"{labelling}/next", headers=annotator_headers)
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "item"
+    item = body["item"]
+    assert item["image_url"].startswith("/images/") and item["width"] == 64
+    assert len(item["questions"]) == 2
+    for question in item["questions"]:
+        name = question["class_name"]
+        assert name in competition.class_names
+        assert re.fullmatch(rf"Does this image contain an? {re.escape(name)}\?", question["text"])
+
+    answers = [{"question_id": q["question_id"], "answer": True, "seconds": 1.25} for q in item["questions"]]
+    submitted = client.post(f"{labelling}/answers", json={"answers": answers}, headers=annotator_headers)
+    assert submitted.status_code == 200
+    assert submitted.json() == {"recorded": 2, "already_decided": [], "item_done": True, "next": None}
+
+    stats = client.get(f"{labelling}/me", headers=annotator_headers).json()
+    assert (stats["answered_today"], stats["answered_total"], stats["images_left"]) == (2, 2, 6)
+    assert stats["gold_accuracy"] is None
+
+    undone = client.post(f"{labelling}/undo", headers=annotator_headers).json()
+    assert undone["undone"] == "answer" and undone["question_id"] == answers[-1]["question_id"]
+    assert undone["item"]["item_id"] == item["item_id"]
+    assert undone["item"]["questions"][0]["question_id"] == answers[-1]["question_id"]
+
+    flagged = client.post(f"{labelling}/flags", json={"item_id": item["item_id"]}, headers=annotator_headers)
+    assert flagged.status_code == 200 and flagged.json() == {"discarded": False}
+    following = client.post(f"{labelling}/next", headers=annotator_headers).json()
+    assert following["item"]["item_id"] != item["item_id"]
+
+
+def test_no_response_names_a_classifier(client, db_session, labelling, annotator_headers):
+    item = client.post(f"{labelling}/next", headers=annotator_headers).json()["item"]
+    answers = [{"question_id": q["question_id"], "answer": False} for q in item["questions"]]
+    texts = [
+        json.dumps(item),
+        client.post(f"{labelling}/answers", json={"answers": answers}, headers=annotator_headers).text,
+        client.post(f"{labelling}/undo", headers=annotator_headers).text,
+        client.get(f"{labelling}/me", headers=annotator_headers).text,
+    ]
+    for text in texts:
+        assert "model-" not in text  # the classifiers' names
+        assert not re.search(r"classifier|label_a|label_b|prob|distance", text)
+
+
+def test_the_seconds_taken_are_stored(client, db_session, labelling, annotator_headers):
+    item = client.post(f"{labelling}/next", headers=annotator_headers).json()["item"]
+    answers = [{"question_id": q["question_id"], "answer": True, "seconds": 3.5} for q in item["questions"]]
+    client.post(f"{labelling}/answers", json={"answers": answers}, headers=annotator_headers)
+    assert db_session.scalars(select(Vote.seconds)).all() == [3.5, 3.5]
+
+
+def test_errors_are_typed(client, db_session, labelling, annotator_headers):
+    nothing = client.post(f"{labelling}/undo", headers=annotator_headers)
+    assert nothing.status_code == 404 and nothing.json()["code"] == "not_found"
+
+    unknown = client.post(
+        f"{labelling}/answers",
+        json={"answers": [{"question_id": 999999, "answer": True}]},
+        headers=annotator_headers,
+    )
+    assert unknown.status_code == 404 and unknown.json()["code"] == "not_found"
+
+    two_images = db_session.execute(select(Question.id, Question.image_id).order_by(Question.id)).all()
+    first, other = two_images[0], next(q for q in two_images if q.image_id != two_images[0].image_id)
+    mixed = client.post(
+        f"{labelling}/answers",
+        json={
+            "answers": [{"question_id": first.id, "answer": True}, {"question_id": other.id, "answer": True}]
+        },
+        headers=annotator_headers,
+    )
+    assert mixed.status_code == 422 and mixed.json()["code"] == "invalid"
+
+    client.post(
+        f"{labelling}/answers",
+        json={"answers": [{"question_id": first.id, "answer": True}]},
+        headers=annotator_headers,
+    )
+    changed = client.post(
+        f"{labelling}/answers",
+        json={"answers": [{"question_id": first.id, "answer": False}]},
+        headers=annotator_headers,
+    )
+    assert changed.status_code == 409 and changed.json()["code"] == "conflict"
+
+    missing_item = client.post(f"{labelling}/flags", json={"item_id": 999999}, headers=annotator_headers)
+    assert missing_item.status_code == 404
+    no_competition = client.post("/api/v1/competitions/999999/labelling/next", headers=annotator_headers)
+    assert no_competition.status_code == 404
+
+
+def test_workers_and_anonymous_callers_may_not_label(client, db_session, labelling):
+    assert client.post(f"{labelling}/next").status_code == 401
+    worker = make_user(db_session, "gpu-1", Role.worker)
+    assert client.post(f"{labelling}/next", headers=bearer(db_session, worker)).status_code == 403
+
+
+def test_admins_may_label_too(client, labelling, admin_headers):
+    assert client.post(f"{labelling}/next", headers=admin_headers).json()["status"] == "item"
+
+
+def test_admins_add_gold_and_see_each_annotators_accuracy(
+    client, db_session, competition, labelling, admin_headers, annotator_headers, annotator
+):
+    image = db_session.scalars(select(Image).order_by(Image.id)).first()
+    created = client.post(
+        f"{labelling}/gold",
+        json={"image_sha256": image.sha256, "class_index": 3, "answer": True},
+        headers=admin_headers,
+    )
+    assert created.status_code == 201
+    gold = created.json()
+    assert gold["class_name"] == competition.class_names[3] and gold["answer"] is True
+    assert client.get(f"{labelling}/gold", headers=admin_headers).json() == [gold]
+    assert client.get(f"{labelling}/gold", headers=annotator_headers).status_code == 403
+
+    answer = [{"question_id": gold["question_id"], "answer": True, "seconds": 2.0}]
+    assert (
+        client.post(f"{labelling}/answers", json={"answers": answer}, headers=annotator_headers).status_code
+        == 200
+    )
+    (row,) = client.get(f"{labelling}/annotators", headers=admin_headers).json()
+    assert row["username"] == annotator.username
+    assert (row["gold_answered"], row["gold_correct"], row["gold_accuracy"], row["mean_seconds"]) == (
+        1,
+        1,
+        1.0,
+        2.0,
+    )
+
+    bad_class = client.post(
+        f"{labelling}/gold",
+        json={"image_sha256": image.sha256, "class_index": 5000, "answer": True},
+        headers=admin_headers,
+    )
+    assert bad_class.status_code == 422
+    unknown_image = client.post(
+        f"{labelling}/gold",
+        json={"image_sha256": "0" * 64, "class_index": 1, "answer": True},
+        headers=admin_headers,
+    )
+    assert unknown_image.status_code == 404
+
+
+def test_every_labelling_route_is_documented(app):
+    paths = {path: spec for path, spec in app.openapi()["paths"].items() if "/labelling" in path}
+    operations = [operation for spec in paths.values() for operation in spec.values()]
+    assert len(operations) == 8
+    for operation in operations:
+        assert operation["summary"] and operation["description"]
+        assert operation["tags"] == ["labelling"]
+
+
+def _sign_in(client, username: str) -> str:
+    """Sign in through the login form; the page's CSRF token."""
+    page = client.get("/login").text
+    csrf = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)
+    client.post("/login", data={"username": username, "password": TEST_PASSWORD, "csrf_token": csrf})
+    return re.search(r'name="csrf-token" content="([^"]+)"', client.get("/").text).group(1)
+
+
+def test_the_page_session_needs_the_csrf_header(client, labelling, annotator):
+    csrf = _sign_in(client, annotator.username)
+    assert client.post(f"{labelling}/next").status_code == 403
+    assert client.post(f"{labelling}/next", headers={"X-CSRF-Token": csrf}).json()["status"] == "item"
+
+
+def test_the_label_page_sends_signed_out_visitors_to_sign_in(client, competition):
+    response = client.get(f"/competitions/{competition.id}/label", follow_redirects=False)
+    assert response.status_code == 303
+    assert response.headers["location"] == f"/login?next=/competitions/{competition.id}/label"
+
+
+def test_the_label_page_shows_its_keys_and_live_question(client, competition, annotator):
+    _sign_in(client, annotator.username)
+    home = client.get("/").text
+    assert f'href="/competitions/{competition.id}/label"' in home
+    page = client.get(f"/competitions/{competition.id}/label")
+    assert page.status_code == 200
+    html = page.text
+    for key in ("Y", "N", "D", "U", "Z"):
+        assert f"<kbd>{key}</kbd>" in html
+    assert 'aria-live="polite"' in html and 'id="question"' in html
+    assert 'aria-keyshortcuts="y"' in html and "/static/label.js" in html
+    assert f'data-api="/api/v1/competitions/{competition.id}/labelling"' in html
+    assert client.get("/static/label.js").status_code == 200
+
+
+def test_the_label_page_of_an_unknown_competition_is_404(client, annotator):
+    _sign_in(client, annotator.username)
+    assert client.get("/competitions/999999/label").status_code == 404
+
+
+def test_answers_can_bring_the_next_image_in_the_same_request(client, labelling, annotator_headers):
+    item = client.post(f"{labelling}/next", headers=annotator_headers).json()["item"]
+    answers = [{"question_id": q["question_id"], "answer": True} for q in item["questions"]]
+    body = client.post(
+        f"{labelling}/answers", json={"answers": answers, "next": True}, headers=annotator_headers
+    )
+    following = body.json()["next"]
+    assert following["status"] == "item" and following["item"]["item_id"] != item["item_id"]
+    resumed = client.post(f"{labelling}/next", headers=annotator_headers).json()["item"]
+    assert resumed["item_id"] == following["item"]["item_id"]  # it is leased to the caller
+    plain = client.post(f"{labelling}/answers", json={"answers": answers}, headers=annotator_headers).json()
+    assert plain["next"] is None

@@ -1,0 +1,153 @@
+"""Fifty annotators labelling at once through real HTTP, on Postgres and on SQLite.
+
+Each simulated annotator takes images, answers at random, sometimes undoes and answers again, and
+always flags a few chosen images (so discards and reserve promotions happen under load), until
+nothing is left for them. Then the database must hold exactly the answers the server acknowledged,
+every question at most its panel, each decided exactly when a strict majority was reached.
+"""
+
+import random
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+from sqlalchemy import select
+
+from app.competitions.schemas import CompetitionCreate
+from app.competitions.service import create_competition
+from app.labelling import rules
+from app.labelling.models import LabelItem, Question, Vote
+from app.users import service as users_service
+from app.users.models import Role, User
+from tests.labelling.factories import labelling_competition
+
+ANNOTATORS = 50
+BUSY_PAUSE_S = 0.02
+MAX_REQUESTS_PER_ANNOTATOR = 3000
+UNDO_PROBABILITY = 0.1
+
+
+def set_up(live_server) -> tuple[int, list[str], set[int]]:
+    """A competition of 4 classifiers (6 pairs, 5 images selected and 2 in reserve each) and 50 annotators
+    with tokens; returns the competition id, the tokens, and the items every annotator will flag."""
+    with live_server.sessions() as db_session:
+        competition = create_competition(db_session=db_session, spec=CompetitionCreate(name="crowd", k=5))
+        labelling_competition(db_session, competition, classifiers=4, images_per_pair=7)
+        tokens = []
+        for index in range(ANNOTATORS):
+            user = users_service.create_user(
+                db_session=db_session, username=f"crowd-{index}", role=Role.annotator, password="long enough"
+            )
+            tokens.append(users_service.create_api_token(db_session=db_session, user=user, name="test"))
+        items = sorted(db_session.scalars(select(LabelItem.id)))
+        db_session.commit()
+        return competition.id, tokens, set(items[::7])
+
+
+class Annotator:
+    """One simulated annotator: what the server acknowledged and any error it met."""
+
+    def __init__(self, base_url: str, competition_id: int, token: str, seed: int, to_flag: set[int], stop):
+        self.client = httpx.Client(
+            base_url=f"{base_url}/api/v1/competitions/{competition_id}/labelling",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=120,
+        )
+        self.random = random.Random(seed)
+        self.to_flag = to_flag
+        self.stop = stop
+        self.recorded: dict[int, bool] = {}
+        self.error: str | None = None
+
+    def post(self, path: str, body: dict | None = None) -> dict:
+        """POST and return the JSON body; any other status than 200 stops everyone."""
+        response = self.client.post(path, json=body)
+        if response.status_code != 200:
+            raise RuntimeError(f"{path}: {response.status_code} {response.text}")
+        return response.json()
+
+    def answer(self, item: dict) -> None:
+        """Answer every question of an item at random; remember what the server stored."""
+        answers = [
+            {"question_id": q["question_id"], "answer": self.random.random() < 0.5, "seconds": 1.0}
+            for q in item["questions"]
+        ]
+        result = self.post("/answers", {"answers": answers})
+        stored = [a for a in answers if a["question_id"] not in result["already_decided"]]
+        assert result["recorded"] == len(stored)
+        self.recorded.update({a["question_id"]: a["answer"] for a in stored})
+
+    def run(self) -> None:
+        """Label until nothing is left for this annotator."""
+        try:
+            for _ in range(MAX_REQUESTS_PER_ANNOTATOR):
+                if self.stop.is_set():
+                    return
+                following = self.post("/next")
+                if following["status"] == "finished":
+                    return
+                if following["status"] == "busy":
+                    time.sleep(BUSY_PAUSE_S)
+                    continue
+                item = following["item"]
+                if item["item_id"] in self.to_flag:
+                    self.post("/flags", {"item_id": item["item_id"]})
+                    continue
+                self.answer(item)
+                if self.random.random() < UNDO_PROBABILITY:
+                    undone = self.post("/undo")
+                    del self.recorded[undone["question_id"]]
+                    if undone["item"] is not None:
+                        self.answer(undone["item"])
+            self.error = "never finished"
+        except Exception as error:  # noqa: BLE001 - any failure is reported by the test
+            self.error = repr(error)
+            self.stop.set()
+        finally:
+            self.client.close()
+
+
+def test_fifty_annotators_at_once_lose_no_vote_and_overfill_no_question(live_server):
+    competition_id, tokens, to_flag = set_up(live_server)
+    stop = threading.Event()
+    crowd = [
+        Annotator(live_server.url, competition_id, token, seed, to_flag, stop)
+        for seed, token in enumerate(tokens)
+    ]
+    with ThreadPoolExecutor(ANNOTATORS) as pool:
+        list(pool.map(lambda annotator: annotator.run(), crowd))
+    assert [a.error for a in crowd if a.error] == []
+
+    with live_server.sessions() as db_session:
+        index_of = {f"crowd-{index}": index for index in range(ANNOTATORS)}
+        usernames = dict(db_session.execute(select(User.id, User.username)).all())
+        rows = db_session.execute(select(Vote.question_id, Vote.user_id, Vote.answer)).all()
+        stored = {
+            (index_of[usernames[user_id]], question_id, answer) for question_id, user_id, answer in rows
+        }
+        assert len({(user, question) for user, question, _ in stored}) == len(stored) == len(rows)
+        acknowledged = {
+            (index, question_id, answer)
+            for index, annotator in enumerate(crowd)
+            for question_id, answer in annotator.recorded.items()
+        }
+        assert stored == acknowledged  # no vote lost, none stored that the server did not acknowledge
+        per_question = Counter(question_id for _, question_id, _ in stored)
+
+        majority = rules.majority(5)
+        discarded = set(db_session.scalars(select(LabelItem.image_id).where(LabelItem.discarded)))
+        assert discarded, "the always-flagged images were discarded"
+        questions = db_session.scalars(select(Question)).all()
+        for question in questions:
+            yes = sum(1 for _, q, answer in stored if q == question.id and answer)
+            no = per_question[question.id] - yes
+            assert (question.yes_votes, question.no_votes) == (yes, no)
+            assert yes + no <= 5
+            if question.image_id in discarded:
+                continue
+            assert question.outcome is not None, "every question left to the crowd was decided"
+            assert max(yes, no) == majority  # decided exactly at the majority, never asked past it
+            assert question.outcome == (yes > no)
+        assert db_session.scalar(select(LabelItem.id).where(LabelItem.needed > 0)) is None
