@@ -1,0 +1,78 @@
+"""Admin pages: competitions, images, classifiers (Algorithm 2 runs on its own), job progress, annotators.
+
+The pages only read; their forms call the REST API from static/admin.js with the page's CSRF token, so
+every admin action has one implementation (and one set of checks) behind the API.
+"""
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, RedirectResponse
+from sqlalchemy import select
+
+from app.classifiers.models import ClassifierSource
+from app.classifiers.service import list_classifiers
+from app.competitions import service as competitions_service
+from app.core.taxonomy import BUILTIN_TAXONOMIES
+from app.db import SessionDep
+from app.images.models import CompetitionImage, Image
+from app.jobs.service import competition_progress
+from app.labelling.service import annotator_stats
+from app.leaderboard import snapshots
+from app.leaderboard.service import compute_leaderboard
+from app.users import service as users_service
+from app.users.auth import ADMIN_ROLES, OptionalUser, page_user
+from app.users.models import Role
+from app.web.templating import render
+
+router = APIRouter(include_in_schema=False)
+
+EXCLUDED_SHOWN = 200
+
+
+@router.get("/admin", response_class=HTMLResponse)
+def admin_home(request: Request, db_session: SessionDep, user: OptionalUser):
+    """Competitions (and a form to create one) and accounts (invite, pause, exclude votes)."""
+    admin = page_user(request, user, *ADMIN_ROLES)
+    if isinstance(admin, RedirectResponse):
+        return admin
+    return render(
+        request,
+        "admin.html",
+        user=admin,
+        competitions=competitions_service.list_competitions(db_session=db_session),
+        image_counts=competitions_service.image_counts(db_session=db_session),
+        users=users_service.list_users(db_session=db_session),
+        roles=[role.value for role in Role],
+        taxonomies=[*BUILTIN_TAXONOMIES, "wordnet", "custom"],
+    )
+
+
+@router.get("/admin/competitions/{competition_id}", response_class=HTMLResponse)
+def admin_competition(competition_id: int, request: Request, db_session: SessionDep, user: OptionalUser):
+    """A competition: progress, classifiers (add, retire), images (upload, exclude), annotators, snapshots."""
+    admin = page_user(request, user, *ADMIN_ROLES)
+    if isinstance(admin, RedirectResponse):
+        return admin
+    competition = competitions_service.get_competition(db_session=db_session, competition_id=competition_id)
+    excluded = db_session.execute(
+        select(Image.sha256, CompetitionImage.ordinal, CompetitionImage.excluded_reason)
+        .join(CompetitionImage, CompetitionImage.image_id == Image.id)
+        .where(CompetitionImage.competition_id == competition.id, CompetitionImage.excluded)
+        .order_by(CompetitionImage.ordinal)
+        .limit(EXCLUDED_SHOWN)
+    ).all()
+    return render(
+        request,
+        "admin_competition.html",
+        user=admin,
+        competition=competition,
+        progress=competition_progress(db_session=db_session, competition_id=competition.id),
+        classifiers=list_classifiers(db_session=db_session, competition_id=competition.id),
+        sources=[source.value for source in ClassifierSource],
+        board=compute_leaderboard(db_session=db_session, competition=competition),
+        annotators=annotator_stats(db_session=db_session, competition=competition),
+        excluded=excluded,
+        snapshots=[
+            snapshots.snapshot_read(s)
+            for s in snapshots.list_snapshots(db_session=db_session, competition_id=competition.id)
+        ],
+    )

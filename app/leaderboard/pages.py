@@ -1,0 +1,170 @@
+"""Public result pages: the leaderboard (live or frozen), pair galleries and per-classifier analyses.
+
+Every number shown comes from the leaderboard API responses (the same service calls), so a page can be
+checked against /api/v1 and recomputed from the exports.
+"""
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse
+
+from app.classifiers.service import get_classifier
+from app.competitions.models import Competition
+from app.competitions.service import get_competition
+from app.db import SessionDep
+from app.errors import NotFound
+from app.leaderboard import charts, service, snapshots
+from app.leaderboard.schemas import HistoryRead, LeaderboardRead, SnapshotRead
+from app.users.auth import OptionalUser
+from app.users.models import Role
+from app.web.templating import render
+
+router = APIRouter(include_in_schema=False)
+
+
+def _gallery_href(competition_id: int, a_id: int, b_id: int) -> str:
+    """The page of a pair's gallery (lower id first)."""
+    return f"/competitions/{competition_id}/pairs/{min(a_id, b_id)}/{max(a_id, b_id)}"
+
+
+def _heatmap(board: LeaderboardRead) -> charts.Heatmap | None:
+    """The heatmap of A over the ranked classifiers (none below two)."""
+    ids = board.matrices.classifier_ids
+    if len(ids) < 2:
+        return None
+    names = {standing.classifier_id: standing.name for standing in board.classifiers}
+    return charts.accuracy_heatmap(
+        [names[classifier_id] for classifier_id in ids],
+        board.matrices.accuracy,
+        board.matrices.labelled,
+        lambda i, j: _gallery_href(board.competition_id, ids[i], ids[j]),
+    )
+
+
+def _history_chart(history: HistoryRead) -> charts.LineChart | None:
+    """MAD rank of each classifier against labelled pair images (none before two points)."""
+    if len(history.points) < 2:
+        return None
+    series = []
+    for classifier_id, name in history.classifier_names.items():
+        xs, ys = [], []
+        for point in history.points:
+            xs.append(point.labelled_images)
+            ranks = dict(zip(point.classifier_ids, point.mad_ranks, strict=True))
+            ys.append(ranks.get(classifier_id))
+        series.append(charts.Series(name, xs, ys))
+    m = max(len(point.classifier_ids) for point in history.points)
+    return charts.line_chart(series, (1, m), range(1, m + 1), descending=True)
+
+
+def _leaderboard_page(
+    request: Request,
+    user,
+    competition: Competition,
+    board: LeaderboardRead,
+    history: HistoryRead | None,
+    snapshot: SnapshotRead | None,
+    snapshot_list: list[SnapshotRead],
+):
+    """Render the leaderboard page, live (with its history) or frozen (a snapshot)."""
+    names = {standing.classifier_id: standing.name for standing in board.classifiers}
+    ids = board.matrices.classifier_ids
+    pairs = [
+        (
+            names[ids[i]],
+            names[ids[j]],
+            board.matrices.labelled[i][j],
+            _gallery_href(competition.id, ids[i], ids[j]),
+        )
+        for i in range(len(ids))
+        for j in range(i + 1, len(ids))
+    ]
+    return render(
+        request,
+        "leaderboard.html",
+        user=user,
+        is_admin=user is not None and user.role == Role.admin,
+        competition=competition,
+        board=board,
+        by_rank=sorted(board.classifiers, key=lambda standing: (standing.mad_rank, standing.classifier_id)),
+        names=names,
+        pairs=pairs,
+        heatmap=_heatmap(board),
+        history_chart=None if history is None else _history_chart(history),
+        snapshot=snapshot,
+        snapshots=snapshot_list,
+    )
+
+
+@router.get("/competitions/{competition_id}/leaderboard", response_class=HTMLResponse)
+def leaderboard_page(competition_id: int, request: Request, db_session: SessionDep, user: OptionalUser):
+    """The live leaderboard: Table 1, the heatmap of A, case shares, history, galleries, snapshots."""
+    competition = get_competition(db_session=db_session, competition_id=competition_id)
+    return _leaderboard_page(
+        request,
+        user,
+        competition,
+        service.compute_leaderboard(db_session=db_session, competition=competition),
+        service.ranking_history(db_session=db_session, competition=competition),
+        None,
+        [
+            snapshots.snapshot_read(s)
+            for s in snapshots.list_snapshots(db_session=db_session, competition_id=competition.id)
+        ],
+    )
+
+
+@router.get("/leaderboards/{slug}", response_class=HTMLResponse)
+def snapshot_page(slug: str, request: Request, db_session: SessionDep, user: OptionalUser):
+    """A frozen leaderboard at its permalink, exactly as it was stored."""
+    frozen = snapshots.snapshot_with_leaderboard(snapshots.get_snapshot(db_session=db_session, slug=slug))
+    competition = get_competition(db_session=db_session, competition_id=frozen.competition_id)
+    return _leaderboard_page(request, user, competition, frozen.leaderboard, None, frozen, [])
+
+
+@router.get("/competitions/{competition_id}/pairs/{a_id}/{b_id}", response_class=HTMLResponse)
+def gallery_page(
+    competition_id: int, a_id: int, b_id: int, request: Request, db_session: SessionDep, user: OptionalUser
+):
+    """A pair's selected images with both predictions, right or wrong once decided (paper Fig. 1c)."""
+    competition = get_competition(db_session=db_session, competition_id=competition_id)
+    gallery = service.pair_gallery(db_session=db_session, competition=competition, a_id=a_id, b_id=b_id)
+    return render(request, "gallery.html", user=user, competition=competition, gallery=gallery)
+
+
+@router.get("/competitions/{competition_id}/classifiers/{classifier_id}", response_class=HTMLResponse)
+def classifier_page(
+    competition_id: int, classifier_id: int, request: Request, db_session: SessionDep, user: OptionalUser
+):
+    """Where a classifier fails: worst classes and superclasses, perplexing images, stability versus k."""
+    competition = get_competition(db_session=db_session, competition_id=competition_id)
+    classifier = get_classifier(db_session=db_session, classifier_id=classifier_id)
+    if classifier.competition_id != competition.id:
+        raise NotFound(f"classifier {classifier_id} is not in competition {competition.name!r}")
+    analysis = service.classifier_analysis(
+        db_session=db_session,
+        settings=request.app.state.settings,
+        competition=competition,
+        classifier=classifier,
+    )
+    board = service.compute_leaderboard(db_session=db_session, competition=competition)
+    stability = analysis.stability
+    return render(
+        request,
+        "classifier.html",
+        user=user,
+        competition=competition,
+        analysis=analysis,
+        standing=next((s for s in board.classifiers if s.classifier_id == classifier.id), None),
+        opponents=[
+            (standing.name, _gallery_href(competition.id, classifier.id, standing.classifier_id))
+            for standing in board.classifiers
+            if standing.classifier_id != classifier.id
+        ],
+        stability_chart=charts.line_chart(
+            [charts.Series("SRCC with the top-k ranking", stability.k_prime, stability.srcc)],
+            (min([0.0, *(v for v in stability.srcc if v is not None)]), 1.0),
+            (0, 0.5, 0.9, 1),
+        )
+        if stability.k_prime
+        else None,
+    )

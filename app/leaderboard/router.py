@@ -1,0 +1,254 @@
+"""Leaderboard API: standings (JSON or CSV), history, snapshots, pair galleries, analyses, exports.
+
+Public: the leaderboard, its history and snapshots, pair galleries and classifier analyses (which show a
+model's prediction on an image only once every question on the image is decided). Admin: freezing a
+snapshot and every export: subsets and predictions name each model's label on every image, open ones too,
+which would tell annotators which model asked which question; votes and questions are per-annotator
+answers and live tallies.
+"""
+
+import csv
+import io
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, Query, Request, status
+from fastapi.responses import Response, StreamingResponse
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.classifiers.service import get_classifier
+from app.competitions.models import Competition
+from app.competitions.service import get_competition
+from app.db import SessionDep
+from app.leaderboard import exports, service, snapshots
+from app.leaderboard.schemas import (
+    ClassifierAnalysisRead,
+    ClassifierStanding,
+    HistoryRead,
+    LeaderboardRead,
+    PairGalleryRead,
+    SnapshotCreate,
+    SnapshotRead,
+    SnapshotWithLeaderboard,
+)
+from app.users.auth import AdminUser
+
+router = APIRouter(prefix="/api/v1", tags=["leaderboard"])
+
+CSV_MEDIA_TYPE = "text/csv; charset=utf-8"
+FORMAT_DESCRIPTION = "csv, parquet or jsonl (JSON Lines)."
+
+
+def export_sessions(request: Request) -> sessionmaker[Session]:
+    """The session factory exports read their batches with (one short transaction per batch)."""
+    return request.app.state.sessionmaker
+
+
+ExportSessions = Annotated[sessionmaker[Session], Depends(export_sessions)]
+
+
+def leaderboard_csv(leaderboard: LeaderboardRead) -> str:
+    """One row per ranked classifier (registration order) with every standing field as a column."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(ClassifierStanding.model_fields), lineterminator="\n")
+    writer.writeheader()
+    for standing in leaderboard.classifiers:
+        writer.writerow(standing.model_dump(mode="json"))
+    return buffer.getvalue()
+
+
+def _wants_csv(request: Request, requested: str | None) -> bool:
+    """?format=csv, or no format and an Accept header asking for text/csv."""
+    if requested is not None:
+        return requested == "csv"
+    return "text/csv" in request.headers.get("accept", "")
+
+
+@router.get(
+    "/competitions/{competition_id}/leaderboard",
+    summary="The leaderboard (JSON or CSV)",
+    responses={200: {"content": {"text/csv": {}}}},
+)
+def read_leaderboard(
+    competition_id: int,
+    request: Request,
+    db_session: SessionDep,
+    format: Annotated[Literal["json", "csv"] | None, Query(description="json (default) or csv")] = None,
+) -> LeaderboardRead:
+    """The MAD ranking from the decided questions: Perron score and rank with seeded bootstrap intervals,
+    HodgeRank / Bradley–Terry / win-rate ranks, labelled images, reported accuracy, accuracy rank and
+    Δrank (Table 1), SRCC and KRCC, λmax and consistency index, case shares, and matrices A, B and n.
+
+    `?format=csv` (or `Accept: text/csv`) gives the per-classifier table only. The same votes always give
+    the same numbers. 409 when the competition's smoothing α is 0 (a Perron rank needs every a_ij > 0).
+    """
+    competition = get_competition(db_session=db_session, competition_id=competition_id)
+    leaderboard = service.compute_leaderboard(db_session=db_session, competition=competition)
+    if _wants_csv(request, format):
+        return Response(
+            leaderboard_csv(leaderboard),
+            media_type=CSV_MEDIA_TYPE,
+            headers={"Content-Disposition": f'inline; filename="{competition.name}-leaderboard.csv"'},
+        )
+    return leaderboard
+
+
+@router.get("/competitions/{competition_id}/leaderboard/history", summary="How the ranking formed")
+def read_history(competition_id: int, db_session: SessionDep) -> HistoryRead:
+    """Perron ranks after up to 24 evenly spaced numbers of labelled pair images, replaying today's labels
+    in the order their questions were decided; classifiers take part from their registration."""
+    competition = get_competition(db_session=db_session, competition_id=competition_id)
+    return service.ranking_history(db_session=db_session, competition=competition)
+
+
+@router.get("/competitions/{competition_id}/pairs/{a_id}/{b_id}", summary="A pair's selected images")
+def read_pair_gallery(competition_id: int, a_id: int, b_id: int, db_session: SessionDep) -> PairGalleryRead:
+    """The images selected for classifiers a and b (either order; a is returned as the lower id) with both
+    predictions, marked right or wrong once decided, and the images discarded as too difficult."""
+    competition = get_competition(db_session=db_session, competition_id=competition_id)
+    return service.pair_gallery(db_session=db_session, competition=competition, a_id=a_id, b_id=b_id)
+
+
+@router.get("/classifiers/{classifier_id}/analysis", summary="Where a classifier fails")
+def read_classifier_analysis(
+    classifier_id: int, request: Request, db_session: SessionDep
+) -> ClassifierAnalysisRead:
+    """Its worst classes and superclasses by precision on MAD labels, its pair images with the highest
+    C-perplexity (with X-perplexity), and the stability of the ranking versus k (paper Fig. 5)."""
+    classifier = get_classifier(db_session=db_session, classifier_id=classifier_id)
+    competition = get_competition(db_session=db_session, competition_id=classifier.competition_id)
+    return service.classifier_analysis(
+        db_session=db_session,
+        settings=request.app.state.settings,
+        competition=competition,
+        classifier=classifier,
+    )
+
+
+@router.post(
+    "/competitions/{competition_id}/snapshots",
+    status_code=status.HTTP_201_CREATED,
+    summary="Freeze the leaderboard (admin)",
+)
+def create_snapshot(
+    competition_id: int, body: SnapshotCreate, db_session: SessionDep, admin: AdminUser
+) -> SnapshotRead:
+    """Store the leaderboard as it is now; it is served unchanged at its permalink /leaderboards/{slug}."""
+    competition = get_competition(db_session=db_session, competition_id=competition_id)
+    snapshot = snapshots.freeze_leaderboard(
+        db_session=db_session, competition=competition, note=body.note, user=admin
+    )
+    return snapshots.snapshot_read(snapshot)
+
+
+@router.get("/competitions/{competition_id}/snapshots", summary="List frozen leaderboards")
+def list_snapshots(competition_id: int, db_session: SessionDep) -> list[SnapshotRead]:
+    """A competition's snapshots, newest first, with their permalinks."""
+    get_competition(db_session=db_session, competition_id=competition_id)
+    return [
+        snapshots.snapshot_read(snapshot)
+        for snapshot in snapshots.list_snapshots(db_session=db_session, competition_id=competition_id)
+    ]
+
+
+@router.get("/leaderboards/{slug}", summary="A frozen leaderboard")
+def read_snapshot(slug: str, db_session: SessionDep) -> SnapshotWithLeaderboard:
+    """The snapshot with the leaderboard exactly as it was frozen."""
+    return snapshots.snapshot_with_leaderboard(snapshots.get_snapshot(db_session=db_session, slug=slug))
+
+
+def _export(
+    table: str, competition: Competition, request: Request, sessions: sessionmaker, export_format: str
+) -> StreamingResponse:
+    """Stream one export table of the competition in the format."""
+    source = exports.ExportSource(sessions, competition, request.app.state.settings)
+    return StreamingResponse(
+        exports.encode(exports.TABLES[table], source, export_format),
+        media_type=exports.MEDIA_TYPES[export_format],
+        headers={"Content-Disposition": f'attachment; filename="{competition.name}-{table}.{export_format}"'},
+    )
+
+
+EXPORT_RESPONSES = {200: {"content": {media_type: {} for media_type in exports.MEDIA_TYPES.values()}}}
+FormatQuery = Annotated[exports.ExportFormat, Query(description=FORMAT_DESCRIPTION)]
+
+
+@router.get(
+    "/competitions/{competition_id}/exports/subsets",
+    response_class=StreamingResponse,
+    responses=EXPORT_RESPONSES,
+    summary="Export pair subsets with predictions and outcomes (admin)",
+)
+def export_subsets(
+    competition_id: int,
+    request: Request,
+    db_session: SessionDep,
+    sessions: ExportSessions,
+    _admin: AdminUser,
+    format: FormatQuery = "csv",
+):
+    """Every pair's images in selection order with role (selected, reserve, discarded), both predictions
+    and the decided outcomes of both questions: with the classifiers list and the competition's smoothing,
+    enough to recompute the leaderboard (a pair's labels: its selected rows with both outcomes known)."""
+    competition = get_competition(db_session=db_session, competition_id=competition_id)
+    return _export("subsets", competition, request, sessions, format)
+
+
+@router.get(
+    "/competitions/{competition_id}/exports/predictions",
+    response_class=StreamingResponse,
+    responses=EXPORT_RESPONSES,
+    summary="Export prediction summaries (admin)",
+)
+def export_predictions(
+    competition_id: int,
+    request: Request,
+    db_session: SessionDep,
+    sessions: ExportSessions,
+    _admin: AdminUser,
+    format: FormatQuery = "csv",
+):
+    """Per classifier and image with a prediction: top-1 label index, its probability and the softmax
+    entropy in bits (C-perplexity of an image = 2^mean entropy). A classifier whose new images are still
+    being predicted (a shard missing in the middle) is left out until its shards are complete."""
+    competition = get_competition(db_session=db_session, competition_id=competition_id)
+    return _export("predictions", competition, request, sessions, format)
+
+
+@router.get(
+    "/competitions/{competition_id}/exports/votes",
+    response_class=StreamingResponse,
+    responses=EXPORT_RESPONSES,
+    summary="Export votes (admin)",
+)
+def export_votes(
+    competition_id: int,
+    request: Request,
+    db_session: SessionDep,
+    sessions: ExportSessions,
+    _admin: AdminUser,
+    format: FormatQuery = "csv",
+):
+    """Every vote with its question, annotator id, answer, seconds and time; `counted` says whether it
+    counts towards the majority (not a gold question, annotator's votes not excluded)."""
+    competition = get_competition(db_session=db_session, competition_id=competition_id)
+    return _export("votes", competition, request, sessions, format)
+
+
+@router.get(
+    "/competitions/{competition_id}/exports/questions",
+    response_class=StreamingResponse,
+    responses=EXPORT_RESPONSES,
+    summary="Export questions (admin)",
+)
+def export_questions(
+    competition_id: int,
+    request: Request,
+    db_session: SessionDep,
+    sessions: ExportSessions,
+    _admin: AdminUser,
+    format: FormatQuery = "csv",
+):
+    """Every question (image, class) with its outcome (null while open), decision time, gold answer and
+    counted yes/no votes."""
+    competition = get_competition(db_session=db_session, competition_id=competition_id)
+    return _export("questions", competition, request, sessions, format)

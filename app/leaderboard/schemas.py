@@ -1,0 +1,225 @@
+"""Response bodies of the leaderboard: standings, matrices, history, snapshots, pair galleries, analyses."""
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.classifiers.models import ClassifierStatus
+
+
+class BootstrapSettings(BaseModel):
+    """How the intervals were made: percentile bootstrap over each pair's labelled images, seeded."""
+
+    n_resamples: int
+    level: float = Field(description="Coverage of the intervals, e.g. 0.95.")
+    seed: int = Field(description="Fixed, so the same votes always give the same intervals.")
+
+
+class ClassifierStanding(BaseModel):
+    """One ranked classifier: its MAD (Perron) score and rank with intervals, the other rankings, Table 1."""
+
+    classifier_id: int
+    name: str
+    status: ClassifierStatus
+    mad_score: float = Field(description="Perron score r_i (Eq. 5); the scores sum to 1.")
+    mad_rank: int = Field(description="1 = best; tied scores share the better rank.")
+    score_low: float
+    score_high: float
+    rank_low: int = Field(description="Best rank of the bootstrap interval.")
+    rank_high: int = Field(description="Worst rank of the bootstrap interval.")
+    provisional: bool = Field(description="The rank is not settled yet (see provisional_rule).")
+    hodge_score: float
+    hodge_rank: int
+    bradley_terry_score: float = Field(description="Bradley–Terry log-strength from Case II wins.")
+    bradley_terry_rank: int
+    win_rate: float = Field(description="Share of its Case II images it won.")
+    win_rate_rank: int
+    labelled_images: int = Field(description="Labelled images over all its pairs (an image per pair).")
+    fewest_labelled_in_a_pair: int
+    reported_accuracy: float | None = Field(description="Reported top-1 accuracy, % (ImageNet in the paper).")
+    accuracy_rank: int | None = Field(description="Rank by reported accuracy among those that report one.")
+    mad_rank_among_reported: int | None = Field(
+        description="MAD rank among the classifiers that report an accuracy (the rank Δrank compares)."
+    )
+    delta_rank: int | None = Field(description="Δrank = accuracy rank − MAD rank (paper Table 1).")
+
+
+class UnrankedClassifier(BaseModel):
+    """A classifier that is not ranked yet (waiting for predictions or selections) or failed."""
+
+    classifier_id: int
+    name: str
+    status: ClassifierStatus
+    reason: str
+
+
+class CaseSharesRead(BaseModel):
+    """Shares of labelled pair images in Case I (both right), II (exactly one), III (neither)."""
+
+    case_i: float
+    case_ii: float
+    case_iii: float
+    images: int = Field(description="Labelled pair images (an image selected by two pairs counts twice).")
+
+
+class MatricesRead(BaseModel):
+    """Pairwise matrices over the ranked classifiers, rows and columns in classifier_ids order."""
+
+    classifier_ids: list[int]
+    accuracy: list[list[float]] = Field(description="A: a_ij = (correct_ij + α) / (n_ij + 2α).")
+    dominance: list[list[float]] = Field(description="B: b_ij = a_ij / a_ji.")
+    labelled: list[list[int]] = Field(description="n_ij: labelled images of pair (i, j).")
+
+
+class LeaderboardRead(BaseModel):
+    """The MAD ranking of a competition from its decided questions, with uncertainty and comparisons."""
+
+    competition_id: int
+    competition_name: str
+    smoothing: float = Field(description="Laplace pseudo-count α of the competition.")
+    bootstrap: BootstrapSettings
+    provisional_rule: str
+    classifiers: list[ClassifierStanding] = Field(description="Ranked classifiers in registration order.")
+    unranked: list[UnrankedClassifier]
+    lambda_max: float | None = Field(description="Largest eigenvalue of B; m when B is fully consistent.")
+    consistency_index: float | None = Field(description="Saaty's CI = (λmax − m) / (m − 1).")
+    srcc: float | None = Field(description="Spearman ρ between MAD rank and accuracy rank.")
+    krcc: float | None = Field(description="Kendall τ-b between MAD rank and accuracy rank.")
+    correlated_classifiers: int = Field(description="Classifiers that report an accuracy (SRCC, KRCC).")
+    case_shares: CaseSharesRead
+    matrices: MatricesRead
+
+
+class HistoryPoint(BaseModel):
+    """The ranking as it stood once `labelled_images` pair images were decided."""
+
+    as_of: datetime
+    labelled_images: int
+    classifier_ids: list[int]
+    mad_scores: list[float]
+    mad_ranks: list[int]
+
+
+class HistoryRead(BaseModel):
+    """How the ranking formed: the current labels replayed in the order their questions were decided."""
+
+    competition_id: int
+    classifier_names: dict[int, str]
+    points: list[HistoryPoint]
+
+
+class SnapshotCreate(BaseModel):
+    """A note saying why the leaderboard is frozen now."""
+
+    note: str = Field(default="", max_length=2000)
+
+
+class SnapshotRead(BaseModel):
+    """A frozen leaderboard: its permalink slug, when and by whom it was frozen."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    slug: str
+    competition_id: int
+    note: str
+    created_at: datetime
+    created_by: str | None
+    url: str
+    api_url: str
+
+
+class SnapshotWithLeaderboard(SnapshotRead):
+    """A frozen leaderboard with its stored numbers, unchanged since it was frozen."""
+
+    leaderboard: LeaderboardRead
+
+
+class ClassifierRef(BaseModel):
+    """A classifier by id and name."""
+
+    id: int
+    name: str
+
+
+class GalleryImage(BaseModel):
+    """One image of a pair's selection with both predictions and, once decided, whether each is right."""
+
+    position: int
+    image_sha256: str
+    image_url: str
+    thumbnail_url: str
+    distance: float
+    label_a: str
+    label_b: str
+    prob_a: float
+    prob_b: float
+    correct_a: bool | None = Field(description="The image contains label_a (null until decided).")
+    correct_b: bool | None
+    case: int | None = Field(description="1: both right, 2: one right, 3: neither (null until both decided).")
+
+
+class PairGalleryRead(BaseModel):
+    """A pair's selected images S_ab (paper Fig. 1c) and the ones discarded as too difficult."""
+
+    competition_id: int
+    classifier_a: ClassifierRef
+    classifier_b: ClassifierRef
+    selected: list[GalleryImage] = Field(description="Selected images with no open question, in order.")
+    discarded: list[GalleryImage]
+    withheld: int = Field(
+        description="Selected images not listed yet: a question on them is open (predictions are shown once "
+        "every question on an image is decided, so annotators cannot tell which model asked what)."
+    )
+    reserve: int = Field(description="Images waiting in reserve to replace discarded ones.")
+    labelled: int
+    correct_a: int
+    correct_b: int
+
+
+class GroupPrecisionRead(BaseModel):
+    """Precision of a classifier's top-1 on the MAD-labelled images it put in a class or superclass."""
+
+    key: str
+    name: str
+    precision: float
+    support: int
+
+
+class PerplexityImage(BaseModel):
+    """An image of the classifier's pairs with its C-perplexity (and X-perplexity on MAD labels)."""
+
+    image_sha256: str
+    thumbnail_url: str
+    c_perplexity: float = Field(description="2^(mean entropy in bits over the ranked classifiers).")
+    x_perplexity: float | None = Field(
+        description="Share of classifiers judged on it (their top-1 question decided) that are wrong."
+    )
+    label: str = Field(description="This classifier's top-1 label.")
+    prob: float
+    correct: bool | None
+
+
+class StabilityRead(BaseModel):
+    """SRCC between the ranking from each pair's first k labelled images and from its first k' (Fig. 5)."""
+
+    k: int
+    k_prime: list[int]
+    srcc: list[float | None]
+
+
+class ClassifierAnalysisRead(BaseModel):
+    """Where one classifier fails on MAD labels, its most perplexing images, and the ranking's stability."""
+
+    competition_id: int
+    classifier: ClassifierRef
+    status: ClassifierStatus
+    labelled_predictions: int = Field(
+        description="Images of its pairs whose question on its own label is decided and that have no open "
+        "question (a prediction is public once its image is decided)."
+    )
+    worst_classes: list[GroupPrecisionRead]
+    worst_superclasses: list[GroupPrecisionRead]
+    min_class_support: int
+    min_superclass_support: int
+    perplexing_images: list[PerplexityImage]
+    stability: StabilityRead

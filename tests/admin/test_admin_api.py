@@ -1,0 +1,130 @@
+"""Admin actions through the API: excluding an image replaces it in its pairs; excluding an annotator's votes
+re-decides their questions; retiring a classifier cancels its jobs."""
+
+import numpy as np
+from sqlalchemy import select
+
+from app.images.models import CompetitionImage, Image
+from app.jobs import service as jobs_service
+from app.jobs.models import Job, JobStatus
+from app.labelling.models import LabelItem, PairImage, PairImageRole, Question
+from tests.leaderboard.scenario import (
+    annotators,
+    corpus,
+    digits_competition,
+    register,
+    run_select_jobs,
+    vote,
+)
+
+
+def pair_roles(db_session) -> list[tuple[int, PairImageRole]]:
+    """(image id, role) of the pair images in position order."""
+    return [
+        tuple(row)
+        for row in db_session.execute(select(PairImage.image_id, PairImage.role).order_by(PairImage.position))
+    ]
+
+
+def test_an_excluded_image_leaves_its_pairs_and_every_later_selection(
+    client, db_session, settings, tmp_path, admin_headers, annotator_headers
+):
+    competition = digits_competition(db_session, k=4)
+    hashes = corpus(db_session, settings, competition, 30)
+    truth = np.arange(30) % 10
+    register(db_session, settings, competition, tmp_path, "a", hashes, truth)
+    register(db_session, settings, competition, tmp_path, "b", hashes, (truth + 1) % 10)
+    run_select_jobs(db_session, settings)
+    before = pair_roles(db_session)
+    first_selected, first_reserve = before[0][0], before[4][0]
+    assert [role for _, role in before[:5]] == [PairImageRole.selected] * 4 + [PairImageRole.reserve]
+    sha256 = db_session.get(Image, first_selected).sha256
+
+    url = f"/api/v1/competitions/{competition.id}/images/{sha256}/exclude"
+    assert client.post(url, json={"reason": "a screenshot"}, headers=annotator_headers).status_code == 403
+    response = client.post(url, json={"reason": "a screenshot"}, headers=admin_headers)
+    assert response.status_code == 200 and response.json()["excluded"] is True
+
+    after = dict(pair_roles(db_session))
+    assert after[first_selected] == PairImageRole.discarded
+    assert after[first_reserve] == PairImageRole.selected
+    assert sum(role == PairImageRole.selected for role in after.values()) == 4
+    item = db_session.scalar(select(LabelItem).where(LabelItem.image_id == first_selected))
+    assert (item.discarded, item.needed) == (True, 0)
+    assert db_session.scalar(select(Question.id).where(Question.image_id == first_reserve)) is not None
+    link = db_session.scalar(select(CompetitionImage).where(CompetitionImage.image_id == first_selected))
+    assert link.excluded_reason == "a screenshot"
+
+    register(db_session, settings, competition, tmp_path, "c", hashes, (truth + 5) % 10)
+    run_select_jobs(db_session, settings)
+    assert first_selected not in {image_id for image_id, _ in pair_roles(db_session)[len(before) :]}
+
+
+def test_excluding_an_annotators_votes_re_decides_their_questions(
+    client, db_session, settings, tmp_path, admin_headers
+):
+    competition = digits_competition(db_session, k=3)
+    hashes = corpus(db_session, settings, competition, 12)
+    truth = np.arange(12) % 10
+    register(db_session, settings, competition, tmp_path, "a", hashes, truth)
+    register(db_session, settings, competition, tmp_path, "b", hashes, (truth + 1) % 10)
+    run_select_jobs(db_session, settings)
+    voters = annotators(db_session, 3)
+    vote(db_session, competition, voters, lambda ordinal, c: c == truth[ordinal], hashes)
+    decided = db_session.scalars(select(Question).where(Question.outcome.is_not(None))).all()
+    assert decided  # three concordant votes each
+
+    response = client.patch(
+        f"/api/v1/users/{voters[2].id}", json={"votes_excluded": True}, headers=admin_headers
+    )
+    assert response.status_code == 200 and response.json()["votes_excluded"] is True
+    for question in db_session.scalars(select(Question).execution_options(populate_existing=True)):
+        assert question.outcome is None and question.yes_votes + question.no_votes == 2
+    client.patch(f"/api/v1/users/{voters[2].id}", json={"votes_excluded": False}, headers=admin_headers)
+    assert db_session.scalar(select(Question).where(Question.outcome.is_(None))) is None
+
+
+def test_retiring_a_classifier_cancels_its_jobs_and_refuses_their_results(
+    client, db_session, settings, tmp_path, admin_headers
+):
+    competition = digits_competition(db_session, k=3)
+    hashes = corpus(db_session, settings, competition, 12)
+    truth = np.arange(12) % 10
+    keep = register(db_session, settings, competition, tmp_path, "keep", hashes, truth)
+    other = register(db_session, settings, competition, tmp_path, "other", hashes, (truth + 2) % 10)
+    leaving = register(db_session, settings, competition, tmp_path, "leaving", hashes, (truth + 4) % 10)
+    claimed = [jobs_service.claim(db_session=db_session, worker="w", lease_seconds=60)[0] for _ in range(2)]
+    db_session.commit()
+    held = claimed[1]
+    assert (held.classifier_id, held.other_classifier_id) == (keep.id, leaving.id)
+
+    response = client.post(f"/api/v1/classifiers/{leaving.id}/retire", headers=admin_headers)
+    assert response.status_code == 200 and response.json()["retired_at"] is not None
+    jobs = db_session.scalars(select(Job).order_by(Job.id).execution_options(populate_existing=True)).all()
+    cancelled = [job for job in jobs if leaving.id in (job.classifier_id, job.other_classifier_id)]
+    assert len(cancelled) == 2 and all(job.status == JobStatus.failed for job in cancelled)
+    assert all("retired" in job.error for job in cancelled)
+    refused = client.post(
+        f"/api/v1/jobs/{held.id}/selection",
+        json={
+            "lease_token": held.lease_token,
+            "ordinals": [],
+            "distances": [],
+            "labels_a": [],
+            "labels_b": [],
+            "probs_a": [],
+            "probs_b": [],
+            "n_selected": 0,
+        },
+        headers=admin_headers,
+    )
+    assert refused.status_code == 409
+    assert run_select_jobs(db_session, settings) == []
+    assert [c["status"] for c in client.get(f"/api/v1/competitions/{competition.id}/classifiers").json()] == [
+        "ready",
+        "ready",
+        "retired",
+    ]
+    again = client.post(f"/api/v1/classifiers/{leaving.id}/retire", headers=admin_headers)
+    assert again.json()["retired_at"] == response.json()["retired_at"]
+    assert other.id in {claimed[0].classifier_id, claimed[0].other_classifier_id}

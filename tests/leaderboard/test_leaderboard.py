@@ -1,0 +1,184 @@
+"""The leaderboard of hand-made votes equals what the MAD core computes from the same labels."""
+
+import csv
+import io
+
+import numpy as np
+import pytest
+from sqlalchemy import select
+
+from app.core.analysis import case_shares, krcc, srcc
+from app.core.ranking import bootstrap_perron, count_outcomes, rank_classifiers, ranks_from_scores
+from app.images.models import CompetitionImage
+from app.labelling.models import PairImage, PairImageRole, PairSubset
+
+
+def expected_outcomes(db_session, voted, classifier_ids):
+    """Per pair of these classifiers (by index): (f_a right, f_b right) over its selected images that the
+    third annotator labelled (only they have three concordant votes), from the truth, not from labelling."""
+    index_of = {classifier_id: index for index, classifier_id in enumerate(classifier_ids)}
+    ordinal_of = dict(
+        db_session.execute(
+            select(CompetitionImage.image_id, CompetitionImage.ordinal).where(
+                CompetitionImage.competition_id == voted.competition.id
+            )
+        ).all()
+    )
+    outcomes = {}
+    for subset in db_session.scalars(select(PairSubset).order_by(PairSubset.id)):
+        if subset.classifier_a_id not in index_of or subset.classifier_b_id not in index_of:
+            continue
+        rows = db_session.scalars(
+            select(PairImage)
+            .where(PairImage.subset_id == subset.id, PairImage.role == PairImageRole.selected)
+            .order_by(PairImage.position)
+        ).all()
+        labelled = [row for row in rows if row.image_id in voted.decided_images]
+        right_a = np.array([voted.contains(ordinal_of[r.image_id], r.label_a) for r in labelled], dtype=bool)
+        right_b = np.array([voted.contains(ordinal_of[r.image_id], r.label_b) for r in labelled], dtype=bool)
+        outcomes[(index_of[subset.classifier_a_id], index_of[subset.classifier_b_id])] = (right_a, right_b)
+    return outcomes
+
+
+def test_the_leaderboard_of_hand_made_votes_is_what_the_core_computes(
+    client, db_session, voted, admin_headers
+):
+    retired = client.post(f"/api/v1/classifiers/{voted.retired.id}/retire", headers=admin_headers)
+    assert retired.status_code == 200 and retired.json()["status"] == "retired"
+    response = client.get(f"/api/v1/competitions/{voted.competition.id}/leaderboard")
+    assert response.status_code == 200
+    board = response.json()
+
+    ids = [classifier.id for classifier in voted.active]
+    assert board["matrices"]["classifier_ids"] == ids
+    assert [row["classifier_id"] for row in board["classifiers"]] == ids
+    assert [(row["name"], row["status"]) for row in board["unranked"]] == [
+        ("broken", "failed"),
+        ("newcomer", "predicting"),
+    ]
+    assert "download refused" in board["unranked"][0]["reason"]
+
+    counts = count_outcomes(expected_outcomes(db_session, voted, ids), len(ids))
+    assert 0 < counts.n.sum() < 2 * len(ids) * (len(ids) - 1) * voted.competition.k
+    ranking = rank_classifiers(counts, alpha=voted.competition.smoothing)
+    intervals = bootstrap_perron(counts, voted.competition.smoothing, n_resamples=1000, level=0.95, seed=0)
+    assert board["matrices"]["labelled"] == counts.n.tolist()
+    assert np.allclose(board["matrices"]["accuracy"], ranking.accuracy)
+    assert np.allclose(board["matrices"]["dominance"], ranking.dominance)
+    assert board["lambda_max"] == pytest.approx(ranking.perron.lambda_max)
+    assert board["consistency_index"] == pytest.approx(ranking.perron.consistency_index)
+    standings = board["classifiers"]
+    assert np.allclose([row["mad_score"] for row in standings], ranking.perron.scores)
+    assert [row["mad_rank"] for row in standings] == ranking.ranks.tolist()
+    assert np.allclose([row["score_low"] for row in standings], intervals.score_low)
+    assert np.allclose([row["score_high"] for row in standings], intervals.score_high)
+    assert [row["rank_low"] for row in standings] == intervals.rank_low.tolist()
+    assert [row["rank_high"] for row in standings] == intervals.rank_high.tolist()
+    assert [row["hodge_rank"] for row in standings] == ranks_from_scores(ranking.hodge).tolist()
+    assert [row["bradley_terry_rank"] for row in standings] == ranks_from_scores(
+        ranking.bradley_terry
+    ).tolist()
+    assert [row["win_rate_rank"] for row in standings] == ranks_from_scores(ranking.win_rate).tolist()
+    assert [row["labelled_images"] for row in standings] == counts.n.sum(axis=1).tolist()
+    assert all(row["provisional"] for row in standings)  # k = 6 < 15 labelled images per pair
+
+    shares = case_shares(counts)
+    assert board["case_shares"] == pytest.approx(
+        {
+            "case_i": shares.case_i,
+            "case_ii": shares.case_ii,
+            "case_iii": shares.case_iii,
+            "images": shares.images,
+        }
+    )
+    assert shares.case_i > 0 and shares.case_ii > 0
+
+    reporting = [0, 1, 3]  # gamma reports no accuracy
+    accuracy_ranks = ranks_from_scores([voted.active[i].reported_accuracy for i in reporting])
+    mad_ranks = ranks_from_scores(ranking.perron.scores[reporting])
+    assert accuracy_ranks.tolist() == [1, 3, 2]
+    assert [standings[i]["accuracy_rank"] for i in reporting] == accuracy_ranks.tolist()
+    assert [standings[i]["delta_rank"] for i in reporting] == (accuracy_ranks - mad_ranks).tolist()
+    assert standings[2]["accuracy_rank"] is None and standings[2]["delta_rank"] is None
+    assert board["correlated_classifiers"] == 3
+    assert board["srcc"] == pytest.approx(srcc(mad_ranks, accuracy_ranks))
+    assert board["krcc"] == pytest.approx(krcc(mad_ranks, accuracy_ranks))
+
+    again = client.get(f"/api/v1/competitions/{voted.competition.id}/leaderboard").json()
+    assert again == board
+
+
+def test_the_csv_leaderboard_has_the_json_numbers(client, voted):
+    url = f"/api/v1/competitions/{voted.competition.id}/leaderboard"
+    board = client.get(url).json()
+    by_query = client.get(url, params={"format": "csv"})
+    by_accept = client.get(url, headers={"Accept": "text/csv"})
+    assert by_query.headers["content-type"].startswith("text/csv")
+    assert by_query.text == by_accept.text
+    rows = list(csv.DictReader(io.StringIO(by_query.text)))
+    assert [int(row["classifier_id"]) for row in rows] == [
+        row["classifier_id"] for row in board["classifiers"]
+    ]
+    for row, standing in zip(rows, board["classifiers"], strict=True):
+        assert float(row["mad_score"]) == pytest.approx(standing["mad_score"])
+        assert int(row["rank_high"]) == standing["rank_high"]
+        assert row["delta_rank"] == ("" if standing["delta_rank"] is None else str(standing["delta_rank"]))
+
+
+def test_an_empty_competition_and_a_lone_classifier_have_a_leaderboard(
+    client, db_session, settings, tmp_path
+):
+    from tests.leaderboard.scenario import corpus, digits_competition, register
+
+    competition = digits_competition(db_session, name="lonely")
+    hashes = corpus(db_session, settings, competition, 5)
+    db_session.commit()
+    url = f"/api/v1/competitions/{competition.id}/leaderboard"
+    empty = client.get(url).json()
+    assert empty["classifiers"] == [] and empty["lambda_max"] is None and empty["case_shares"]["images"] == 0
+    register(
+        db_session, settings, competition, tmp_path, "solo", hashes, np.arange(5), reported_accuracy=70.0
+    )
+    (solo,) = client.get(url).json()["classifiers"]
+    assert (solo["mad_rank"], solo["mad_score"], solo["provisional"]) == (1, 1.0, True)
+    assert (solo["accuracy_rank"], solo["delta_rank"]) == (1, 0)
+
+
+def test_history_replays_the_labels_up_to_the_current_ranking(client, voted):
+    board = client.get(f"/api/v1/competitions/{voted.competition.id}/leaderboard").json()
+    history = client.get(f"/api/v1/competitions/{voted.competition.id}/leaderboard/history").json()
+    points = history["points"]
+    assert 2 <= len(points) <= 24
+    labelled = [point["labelled_images"] for point in points]
+    assert labelled == sorted(labelled) and labelled[-1] == board["case_shares"]["images"]
+    assert [point["as_of"] for point in points] == sorted(point["as_of"] for point in points)
+    last = points[-1]
+    assert last["classifier_ids"] == board["matrices"]["classifier_ids"]
+    assert last["mad_ranks"] == [row["mad_rank"] for row in board["classifiers"]]
+    assert np.allclose(last["mad_scores"], [row["mad_score"] for row in board["classifiers"]])
+    assert set(history["classifier_names"].values()) == {c.name for c in voted.active} | {"omega"}
+
+
+def test_a_pair_gallery_marks_each_prediction_right_or_wrong_once_decided(client, db_session, voted):
+    a, b = voted.active[0], voted.active[1]
+    gallery = client.get(f"/api/v1/competitions/{voted.competition.id}/pairs/{b.id}/{a.id}").json()
+    assert (gallery["classifier_a"]["name"], gallery["classifier_b"]["name"]) == (a.name, b.name)
+    assert (
+        len(gallery["selected"]) + gallery["withheld"] == voted.competition.k and gallery["discarded"] == []
+    )
+    assert gallery["selected"]  # only images with every question decided (tests/reliability/test_leaks.py)
+    names = voted.competition.class_names
+    for image in gallery["selected"]:
+        ordinal = voted.hashes.index(image["image_sha256"])
+        assert image["label_a"] == names[voted.top1[a.id][ordinal]]
+        assert image["label_b"] == names[voted.top1[b.id][ordinal]]
+        assert image["correct_a"] == voted.contains(ordinal, int(voted.top1[a.id][ordinal]))
+        assert image["correct_b"] == voted.contains(ordinal, int(voted.top1[b.id][ordinal]))
+        assert image["case"] == 3 - image["correct_a"] - image["correct_b"]
+    board = client.get(f"/api/v1/competitions/{voted.competition.id}/leaderboard").json()
+    ids = board["matrices"]["classifier_ids"]
+    i, j = ids.index(a.id), ids.index(b.id)
+    assert gallery["labelled"] == board["matrices"]["labelled"][i][j] >= len(gallery["selected"])
+    assert gallery["correct_a"] >= sum(image["correct_a"] for image in gallery["selected"])
+    missing = client.get(f"/api/v1/competitions/{voted.competition.id}/pairs/{a.id}/{voted.failed.id}")
+    assert missing.status_code == 404
