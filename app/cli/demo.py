@@ -1,0 +1,28 @@
+"""`mad demo`: the offline end-to-end competition behind `make demo`."""
+
+import typer
+
+from app.cli.common import load_settings
+from app.demo.run import DemoOptions, run_demo
+
+
+def demo(
+    simulate: bool = typer.Option(
+        False, "--simulate", help="Simulated annotators label everything; print the leaderboard and SRCC."
+    ),
+    images: int = typer.Option(None, min=50, help="Use only the first N digits (default: all 1,797)."),
+    training_steps: int = typer.Option(60, min=1, help="Mini-batches each classifier trains for."),
+    host: str = typer.Option("127.0.0.1", help="Where the server listens (without --simulate)."),
+    port: int = typer.Option(8000, help="Port of the server (without --simulate)."),
+) -> None:
+    """A MAD competition on the UCI handwritten digits, offline, in MAD_DATA_DIR (make demo: ./demo-data).
+
+    Writes the digits as PNGs and imports them, trains five timm classifiers briefly on small disjoint
+    slices, registers them with a custom digit taxonomy, runs a worker for predictions and selections, then
+    serves http://HOST:PORT with an admin and an annotator account (printed). Running it again reuses
+    everything already there.
+    """
+    run_demo(
+        load_settings(),
+        DemoOptions(simulate=simulate, images=images, training_steps=training_steps, host=host, port=port),
+    )

@@ -1,0 +1,1 @@
+"""The offline demo behind `make demo`: timm classifiers compete on the UCI handwritten digits."""
