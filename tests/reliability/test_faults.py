@@ -1,0 +1,456 @@
+"""Faults: the server killed mid-labelling, Postgres connections dropped under load, a disk that fills up.
+
+- The server (uvicorn in its own process) is killed with SIGKILL while annotators submit answers over
+  HTTP; after a restart they go on, resending what was unanswered. Every vote the server acknowledged is
+  in the database exactly once, and every question's tallies match its votes.
+- Postgres: every connection of the service's database is terminated (pg_terminate_backend; the shared
+  server keeps running for other test runs) three times while annotators submit; the service reconnects
+  (pool_pre_ping) and goes on, only requests in flight fail, and no acknowledged vote is lost.
+- A prediction shard (and an image) whose write fails with ENOSPC leaves no file, partial or temporary,
+  answers 503 so the worker retries, and the same upload succeeds once there is room.
+- A worker started while the service is down (or answering 503) waits for it instead of exiting, then
+  does its jobs.
+- A worker killed mid-job is taken over by another and its predictions equal a clean run:
+  tests/jobs/test_worker_faults.py::test_a_worker_killed_mid_shard_is_taken_over_and_predictions_equal_a_
+  clean_run (racing and concurrent workers: the same file).
+
+Waits here are liveness bounds (a dead service fails instead of hanging), never timing assertions.
+"""
+
+import errno
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import numpy as np
+import psycopg
+import pytest
+from sqlalchemy import func, make_url, select
+
+from app.classifiers import prediction_store
+from app.classifiers.models import Classifier, ClassifierSource, ClassifierStatus
+from app.classifiers.prediction_store import PredictionStore
+from app.competitions.schemas import CompetitionCreate
+from app.competitions.service import create_competition
+from app.db import create_db_engine, create_sessionmaker
+from app.images import store as image_store
+from app.images.models import Image
+from app.jobs.models import Job, JobStatus
+from app.jobs.service import enqueue_predictions
+from app.labelling.models import PairSubset, Question, Vote
+from app.settings import Settings
+from app.users import service as users_service
+from app.users.models import Role
+from tests.conftest import TEST_SECRET_KEY, bearer, make_user
+from tests.jobs.test_classifier_registration import add_images
+from tests.labelling.factories import labelling_competition
+from tests.leaderboard.scenario import corpus, digits_competition, register
+from tests.reliability.test_bad_input import shard
+from tests.support.images import image_bytes
+from workers.worker import WorkerOptions, run_worker
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+LIVENESS_S = 120
+ANNOTATORS = 6
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(predicate: Callable[[], object], what: str):
+    """Poll until predicate() is truthy; fail after LIVENESS_S (the service is dead, not slow)."""
+    deadline = time.monotonic() + LIVENESS_S
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"gave up waiting for {what}")
+
+
+class Server:
+    """uvicorn serving the app in a process of its own, on a fixed port so it can be restarted."""
+
+    def __init__(self, database_url: str, data_dir: Path):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.environment = {
+            **os.environ,
+            "MAD_DATABASE_URL": database_url,
+            "MAD_DATA_DIR": str(data_dir),
+            "MAD_ENV": "test",
+            "MAD_SECRET_KEY": TEST_SECRET_KEY,
+        }
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "--factory",
+                "app.main:create_app",
+                "--port",
+                str(self.port),
+                "--no-access-log",
+                "--log-level",
+                "warning",
+            ],
+            cwd=REPOSITORY,
+            env=self.environment,
+        )
+        wait_for(self.healthy, "the server to start")
+
+    def healthy(self) -> bool:
+        assert self.process.poll() is None, "the server exited"
+        try:
+            return httpx.get(f"{self.url}/healthz", timeout=5).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+
+
+@dataclass
+class Annotator:
+    """A simulated annotator over HTTP: take an image, answer yes to all, repeat; resend after a failure."""
+
+    url: str
+    token: str
+    competition_id: int
+    acknowledged: set = field(default_factory=set)
+    sent: set = field(default_factory=set)
+    failures: list = field(default_factory=list)
+    submissions: int = 0
+
+    def run(self, stop: threading.Event) -> None:
+        prefix = f"{self.url}/api/v1/competitions/{self.competition_id}/labelling"
+        headers = {"Authorization": f"Bearer {self.token}"}
+        item = pending = None
+        with httpx.Client(headers=headers, timeout=30) as http:
+            while not stop.is_set():
+                try:
+                    if pending is None:
+                        if item is None:
+                            following = http.post(f"{prefix}/next").raise_for_status().json()
+                            if following["status"] != "item":
+                                time.sleep(0.05)
+                                continue
+                            item = following["item"]
+                        pending = [
+                            {"question_id": q["question_id"], "answer": True} for q in item["questions"]
+                        ]
+                    self.sent |= {answer["question_id"] for answer in pending}
+                    response = http.post(f"{prefix}/answers", json={"answers": pending, "next": True})
+                    if response.status_code != 200:
+                        self.failures.append(f"{response.status_code} {response.text[:200]}")
+                        item = None if response.status_code < 500 else item
+                        pending = None if response.status_code < 500 else pending
+                        continue
+                    body = response.json()
+                    decided_meanwhile = set(body["already_decided"])
+                    self.acknowledged |= {a["question_id"] for a in pending} - decided_meanwhile
+                    self.submissions += 1
+                    pending, item = None, (body["next"] or {}).get("item")
+                except (
+                    httpx.HTTPError
+                ) as error:  # the server is down or failed: keep the answers, resend them
+                    self.failures.append(repr(error))
+                    http.close()
+                    http = httpx.Client(headers=headers, timeout=30)
+                    time.sleep(0.05)
+
+
+@dataclass
+class Crowd:
+    """Annotators in threads against a server."""
+
+    annotators: list[Annotator]
+    stop: threading.Event = field(default_factory=threading.Event)
+    threads: list[threading.Thread] = field(default_factory=list)
+
+    def start(self) -> None:
+        self.threads = [
+            threading.Thread(target=a.run, args=(self.stop,), daemon=True) for a in self.annotators
+        ]
+        for thread in self.threads:
+            thread.start()
+
+    def submissions(self) -> int:
+        return sum(annotator.submissions for annotator in self.annotators)
+
+    def wait_for_more(self, count: int) -> None:
+        target = self.submissions() + count
+        wait_for(lambda: self.submissions() >= target, f"{count} more acknowledged submissions")
+
+    def finish(self) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout=LIVENESS_S)
+
+
+def labelling_database(database_url: str) -> tuple[int, list[tuple[int, str]]]:
+    """A competition with 180 open images (six pairs of four classifiers) and annotators with tokens."""
+    engine = create_db_engine(database_url)
+    try:
+        with create_sessionmaker(engine)() as session:
+            competition = create_competition(db_session=session, spec=CompetitionCreate(name="faults"))
+            labelling_competition(session, competition, classifiers=4, images_per_pair=competition.k)
+            annotators = []
+            for index in range(ANNOTATORS):
+                user = users_service.create_user(
+                    db_session=session, username=f"crowd{index}", role=Role.annotator, password="long enough"
+                )
+                annotators.append(
+                    (user.id, users_service.create_api_token(db_session=session, user=user, name="t"))
+                )
+            session.commit()
+            return competition.id, annotators
+    finally:
+        engine.dispose()
+
+
+def check_votes(database_url: str, crowd: Crowd, user_ids: list[int]) -> int:
+    """Every acknowledged answer is stored once, nothing unsent is stored, every tally matches its votes."""
+    engine = create_db_engine(database_url)
+    try:
+        with create_sessionmaker(engine)() as session:
+            for user_id, annotator in zip(user_ids, crowd.annotators, strict=True):
+                stored = session.scalars(select(Vote.question_id).where(Vote.user_id == user_id)).all()
+                assert len(stored) == len(set(stored)), "a vote is stored twice"
+                assert annotator.acknowledged <= set(stored), "an acknowledged vote is lost"
+                assert set(stored) <= annotator.sent, "a vote nobody sent is stored"
+            tallies = session.execute(
+                select(Question.id, Question.yes_votes, Question.no_votes, func.count(Vote.id))
+                .outerjoin(Vote, Vote.question_id == Question.id)
+                .group_by(Question.id, Question.yes_votes, Question.no_votes)
+            ).all()
+            assert all(yes + no == votes for _, yes, no, votes in tallies), "a tally disagrees with its votes"
+            return session.scalar(select(func.count()).select_from(Vote))
+    finally:
+        engine.dispose()
+
+
+def test_a_server_killed_mid_labelling_loses_no_acknowledged_vote(fresh_database_url, tmp_path):
+    competition_id, annotators = labelling_database(fresh_database_url)
+    server = Server(fresh_database_url, tmp_path / "data")
+    crowd = Crowd([Annotator(server.url, token, competition_id) for _, token in annotators])
+    server.start()
+    try:
+        crowd.start()
+        crowd.wait_for_more(40)
+        server.kill()  # SIGKILL while answers are in flight
+        wait_for(
+            lambda: any(a.failures for a in crowd.annotators), "a request to fail against the dead server"
+        )
+        server.start()
+        crowd.wait_for_more(40)
+        server.kill()
+        server.start()
+        crowd.wait_for_more(40)
+    finally:
+        crowd.finish()
+        server.stop()
+    stored = check_votes(fresh_database_url, crowd, [user_id for user_id, _ in annotators])
+    acknowledged = sum(len(a.acknowledged) for a in crowd.annotators)
+    assert stored >= acknowledged >= 100
+
+
+def terminate_backends(database_url: str) -> int:
+    """Terminate every connection to the database (not the server); how many were terminated."""
+    url = make_url(database_url)
+    with psycopg.connect(
+        host=url.host, port=url.port or 5432, user=url.username, dbname="postgres", autocommit=True
+    ) as admin:
+        return len(
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = %s AND pid <> pg_backend_pid()",
+                (url.database,),
+            ).fetchall()
+        )
+
+
+def test_the_service_reconnects_after_postgres_drops_its_connections(fresh_database_url, tmp_path, backend):
+    if backend != "postgres":
+        pytest.skip("connections to drop are Postgres's")
+    competition_id, annotators = labelling_database(fresh_database_url)
+    server = Server(fresh_database_url, tmp_path / "data")
+    crowd = Crowd([Annotator(server.url, token, competition_id) for _, token in annotators])
+    server.start()
+    terminated = []
+    try:
+        crowd.start()
+        crowd.wait_for_more(30)
+        for _ in range(3):
+            terminated.append(terminate_backends(fresh_database_url))
+            crowd.wait_for_more(30)  # the service goes on
+        assert server.healthy()
+    finally:
+        crowd.finish()
+        server.stop()
+    assert all(count >= 1 for count in terminated), terminated
+    failed = [failure for annotator in crowd.annotators for failure in annotator.failures]
+    assert all(failure.startswith("503") for failure in failed), failed  # retryable, the connection kept
+    assert len(failed) <= ANNOTATORS * len(terminated), failed  # at most the requests in flight
+    check_votes(fresh_database_url, crowd, [user_id for user_id, _ in annotators])
+
+
+class DiskFull:
+    """A stand-in for the os module whose fdopen gives files that take half of a write, then fail ENOSPC."""
+
+    def __getattr__(self, name):
+        return getattr(os, name)
+
+    def fdopen(self, descriptor, mode="r", *args, **kwargs):
+        return _FillingFile(os.fdopen(descriptor, mode, *args, **kwargs))
+
+
+class _FillingFile:
+    def __init__(self, file):
+        self.file = file
+
+    def __getattr__(self, name):
+        return getattr(self.file, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.file.close()
+
+    def write(self, data) -> int:
+        self.file.write(bytes(data)[: max(1, len(data) // 2)])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_shard_write_that_fills_the_disk_leaves_no_file_and_the_job_completes_on_retry(
+    client, db_session, competition, settings, monkeypatch
+):
+    n = 5
+    add_images(db_session, competition, n)
+    classifier = Classifier(
+        competition_id=competition.id,
+        name="remote",
+        source=ClassifierSource.timm_pretrained,
+        pretrained_tag="resnet18.a1_in1k",
+        architecture="resnet18",
+        status=ClassifierStatus.predicting,
+    )
+    db_session.add(classifier)
+    db_session.flush()
+    (job,) = enqueue_predictions(db_session=db_session, classifier=classifier, max_attempts=3, shard_size=100)
+    db_session.commit()
+    worker = bearer(db_session, make_user(db_session, "gpu-box", Role.worker))
+    (claimed,) = client.post("/api/v1/jobs/claim", json={"worker": "gpu-box"}, headers=worker).json()["jobs"]
+    store = PredictionStore(settings.predictions_dir)
+    older = _predictions(n, label=1)
+    store.write_shard(classifier.id, 0, older)  # a copy from an earlier run, to be replaced whole or kept
+    url, lease = f"/api/v1/jobs/{claimed['id']}/predictions", {"lease_token": claimed["lease_token"]}
+
+    monkeypatch.setattr(prediction_store, "os", DiskFull())
+    full = client.post(url, data=lease, files={"predictions": ("shard.npz", shard(n))}, headers=worker)
+    assert full.status_code == 503, full.text
+    assert "No space left on device" in full.json()["detail"] and "try again" in full.json()["detail"]
+    assert db_session.get(Job, job.id, populate_existing=True).status == JobStatus.running
+    assert [p.name for p in store.classifier_dir(classifier.id).iterdir()] == [
+        "shard-0000000000-0000000005.npz"
+    ]
+    assert store.read(classifier.id, n).top1.tolist() == older.top1.tolist()  # the old file, whole
+
+    monkeypatch.undo()
+    done = client.post(url, data=lease, files={"predictions": ("shard.npz", shard(n))}, headers=worker)
+    assert done.status_code == 200 and done.json()["status"] == "done"
+    assert store.read(classifier.id, n).top1.tolist() == [3] * n
+    assert [p.name for p in store.classifier_dir(classifier.id).iterdir()] == [
+        "shard-0000000000-0000000005.npz"
+    ]
+
+
+def _predictions(n: int, label: int):
+    predictions = prediction_store.Predictions.empty(n)
+    predictions.top1[:] = label
+    predictions.prob[:] = 0.5
+    return predictions
+
+
+def test_an_image_upload_that_fills_the_disk_stores_nothing(
+    client, db_session, competition, admin_headers, settings, monkeypatch
+):
+    monkeypatch.setattr(image_store, "os", DiskFull())
+    files = [("files", (f"{i}.png", image_bytes(100 + i), "image/png")) for i in range(3)]
+    response = client.post(
+        f"/api/v1/competitions/{competition.id}/images", files=files, headers=admin_headers
+    )
+    assert response.status_code == 503 and "No space left on device" in response.json()["detail"]
+    assert db_session.scalar(select(func.count()).select_from(Image)) == 0
+    assert not [p for p in settings.data_dir.rglob("*") if p.is_file()]
+    monkeypatch.undo()
+    again = client.post(f"/api/v1/competitions/{competition.id}/images", files=files, headers=admin_headers)
+    assert again.status_code == 201 and len(again.json()["added"]) == 3
+    assert len(list((settings.data_dir / "images").rglob("*.png"))) == 3
+
+
+def test_a_worker_waits_for_a_service_that_is_down_and_then_does_its_jobs(fresh_database_url, tmp_path):
+    settings = Settings(
+        env="test", data_dir=tmp_path / "data", database_url=fresh_database_url, secret_key=TEST_SECRET_KEY
+    )
+    engine = create_db_engine(settings.sqlalchemy_url)
+    with create_sessionmaker(engine)() as session:
+        competition = digits_competition(session)
+        hashes = corpus(session, settings, competition, 30)
+        session.commit()
+        for seed, name in enumerate(("left", "right")):
+            labels = np.random.default_rng(seed).integers(0, 10, len(hashes))
+            register(session, settings, competition, tmp_path, name, hashes, labels, seed=seed)
+        worker = users_service.create_user(
+            db_session=session, username="early", role=Role.worker, password=None
+        )
+        token = users_service.create_api_token(db_session=session, user=worker, name="t")
+        session.commit()
+    server = Server(fresh_database_url, settings.data_dir)
+    waiting, finished = threading.Event(), []
+
+    def report(text: str, done: int, total: int) -> None:
+        if "unavailable" in text:
+            waiting.set()
+
+    options = WorkerOptions(device="cpu", loader_workers=0, cache_dir=tmp_path / "cache")
+    thread = threading.Thread(
+        target=lambda: finished.append(
+            run_worker(url=server.url, token=token, options=options, exit_when_idle=True, report=report)
+        ),
+        daemon=True,
+    )
+    thread.start()
+    try:
+        wait_for(lambda: waiting.is_set() or not thread.is_alive(), "the worker to find the service down")
+        assert waiting.is_set(), "the worker gave up on a service that was down"
+        server.start()
+        thread.join(LIVENESS_S)
+    finally:
+        server.stop()
+    assert finished == [1]  # the pair's select job
+    with create_sessionmaker(engine)() as session:
+        assert session.scalars(select(Job.status)).all() == [JobStatus.done]
+        assert session.scalar(select(func.count()).select_from(PairSubset)) == 1
+    engine.dispose()
