@@ -16,7 +16,12 @@ from timm.models import get_pretrained_cfg
 from app.classifiers.models import Classifier, ClassifierSource, ClassifierStatus
 from app.classifiers.prediction_store import Predictions, PredictionStore, PredictionStoreError
 from app.classifiers.prediction_upload import PredictionUploadError, read_prediction_upload
-from app.classifiers.timm_source import ClassifierSourceError, load_weights_file
+from app.classifiers.timm_source import (
+    WEIGHTS_FORMATS,
+    ClassifierSourceError,
+    load_weights_file,
+    weights_format,
+)
 from app.competitions.models import Competition
 from app.db import utcnow
 from app.errors import Conflict, InvalidInput, NotFound, storage_errors
@@ -25,8 +30,6 @@ from app.images.store import write_atomically
 from app.jobs import service as jobs_service
 from app.jobs.models import Job, JobStatus
 from app.settings import Settings
-
-WEIGHTS_FORMATS = {".safetensors": "safetensors", ".pth": "pth", ".pt": "pth", ".bin": "pth"}
 
 
 def weights_path(settings: Settings, sha256: str, weights_format: str) -> Path:
@@ -104,9 +107,9 @@ def register_timm_weights(
 
     `data_config` (a DataConfig overlay) sets preprocessing the weights were trained with, e.g. a 32 px input.
     """
-    weights_format = WEIGHTS_FORMATS.get(Path(weights_filename).suffix.lower())
-    if weights_format is None:
-        raise InvalidInput(f"weights file {weights_filename!r}: use .safetensors, .pth, .pt or .bin")
+    stored_format = weights_format(weights_filename)
+    if stored_format is None:
+        raise InvalidInput(f"weights file {weights_filename!r}: use {', '.join(WEIGHTS_FORMATS)}")
     try:
         load_weights_file(architecture, weights_file, len(competition.class_keys), data_config)
     except ClassifierSourceError as error:
@@ -120,10 +123,10 @@ def register_timm_weights(
         source=ClassifierSource.timm_weights,
         architecture=architecture,
         weights_sha256=sha256,
-        weights_format=weights_format,
+        weights_format=stored_format,
         data_config=data_config or None,
     )
-    stored = weights_path(settings, sha256, weights_format)
+    stored = weights_path(settings, sha256, stored_format)
     if not stored.exists():
         with storage_errors("the weights file"):
             write_atomically(stored, weights_file.read_bytes())

@@ -6,8 +6,11 @@ Every failure a user can cause raises a `ClassifierSourceError` whose message sa
 """
 
 import difflib
+import tempfile
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -20,7 +23,8 @@ from timm.models import get_pretrained_cfg, load_state_dict
 from timm.models._hub import hf_split
 from timm.models._pretrained import PretrainedCfg
 
-WEIGHTS_SUFFIXES = (".safetensors", ".pth", ".pt")
+WEIGHTS_FORMATS = {".safetensors": "safetensors", ".pth": "pth", ".pt": "pth", ".bin": "pth"}
+"""Weights file suffixes (compared in lower case) and the format each is stored and loaded as."""
 HUB_PROBE_TIMEOUT_S = 3.0
 
 
@@ -61,14 +65,32 @@ def load_weights_file(
     _check_weights_file(weights_path)
     # num_classes in the overlay keeps timm from silently dropping a head it thinks was made for 1000 classes.
     preprocessing = {key: tuple(v) if isinstance(v, list) else v for key, v in (data_config or {}).items()}
-    overlay = dict(file=str(weights_path), num_classes=num_classes, **preprocessing)
-    try:
-        model = timm.create_model(
-            architecture, pretrained=True, pretrained_cfg_overlay=overlay, num_classes=num_classes
-        )
-    except Exception as error:  # timm surfaces file and key problems as many unrelated exception types
-        raise _explain_load_failure(architecture, weights_path, num_classes, error) from error
+    with _lower_case_suffix(weights_path) as loadable:
+        overlay = dict(file=str(loadable), num_classes=num_classes, **preprocessing)
+        try:
+            model = timm.create_model(
+                architecture, pretrained=True, pretrained_cfg_overlay=overlay, num_classes=num_classes
+            )
+        except Exception as error:  # timm surfaces file and key problems as many unrelated exception types
+            raise _explain_load_failure(architecture, weights_path, loadable, num_classes, error) from error
     return model.eval()
+
+
+def weights_format(filename: str) -> str | None:
+    """'safetensors' or 'pth' by the file name's suffix in any case (see WEIGHTS_FORMATS), else None."""
+    return WEIGHTS_FORMATS.get(Path(filename).suffix.lower())
+
+
+@contextmanager
+def _lower_case_suffix(path: Path) -> Iterator[Path]:
+    """`path`, or a temporary link to it ending in the lower-case suffix (timm reads safetensors by name)."""
+    if path.suffix == path.suffix.lower():
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="mad-weights-") as directory:
+        link = Path(directory) / f"weights{path.suffix.lower()}"
+        link.symlink_to(path.resolve())
+        yield link
 
 
 def load_pretrained_tag(
@@ -122,20 +144,20 @@ def _suggestions(name: str, known: list[str]) -> str:
 
 def _check_weights_file(weights_path: Path) -> None:
     """Raise CorruptWeightsError unless `weights_path` is an existing file with a suffix timm can load."""
-    if weights_path.suffix not in WEIGHTS_SUFFIXES:
+    if weights_format(weights_path.name) is None:
         raise CorruptWeightsError(
-            f"weights file {weights_path.name!r} must end with one of {', '.join(WEIGHTS_SUFFIXES)}"
+            f"weights file {weights_path.name!r} must end with one of {', '.join(WEIGHTS_FORMATS)}"
         )
     if not weights_path.is_file():
         raise CorruptWeightsError(f"weights file {weights_path} does not exist")
 
 
 def _explain_load_failure(
-    architecture: str, weights_path: Path, num_classes: int, error: Exception
+    architecture: str, weights_path: Path, loadable: Path, num_classes: int, error: Exception
 ) -> ClassifierSourceError:
-    """The error a user understands for a failed timm load, found by re-reading the file and its keys."""
+    """The error a user understands for a failed timm load, found by re-reading the file (at `loadable`)."""
     try:
-        found = load_state_dict(str(weights_path))
+        found = load_state_dict(str(loadable))
     except Exception as read_error:
         return CorruptWeightsError(
             f"weights file {weights_path.name!r} is unreadable (corrupt, truncated or not a "

@@ -34,7 +34,9 @@ def add(
     name: str = typer.Argument(..., help="Name shown on the leaderboard, e.g. resnet50."),
     competition: str = typer.Option(..., "--competition", "-c", help="Competition to enter it in."),
     arch: str = typer.Option(None, help="timm architecture for --weights, e.g. resnet50."),
-    weights: Path = typer.Option(None, help="Local weights file (.safetensors or .pth) for --arch."),
+    weights: Path = typer.Option(
+        None, help="Local weights file (.safetensors, .pth, .pt or .bin) for --arch."
+    ),
     pretrained: str = typer.Option(
         None, help="timm pretrained tag, e.g. resnet50.a1_in1k (workers download it)."
     ),

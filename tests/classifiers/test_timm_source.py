@@ -17,6 +17,7 @@ from app.classifiers.timm_source import (
     WeightsMismatchError,
     load_pretrained_tag,
     load_weights_file,
+    weights_format,
 )
 
 ARCH = "test_resnet"
@@ -54,6 +55,18 @@ def test_weights_file_loads_the_files_weights_and_the_tags_preprocessing(trained
     config = timm.data.resolve_model_data_config(loaded)
     assert config["input_size"] == (3, 160, 160) and config["mean"] == (0.5, 0.5, 0.5)
     assert loaded.pretrained_cfg["file"] == str(path)
+
+
+@pytest.mark.parametrize("suffix", [".pt", ".bin", ".SAFETENSORS", ".Pth", ".BIN"])
+def test_every_accepted_suffix_loads_in_any_case(trained, tmp_path, suffix):
+    path = tmp_path / f"weights{suffix}"
+    if suffix.lower() == ".safetensors":
+        save_file(trained.state_dict(), path)
+    else:
+        torch.save(trained.state_dict(), path)
+
+    assert weights_format(path.name) == ("safetensors" if suffix.lower() == ".safetensors" else "pth")
+    assert_same_weights(load_weights_file(ARCH, path, NUM_CLASSES), trained.state_dict())
 
 
 def test_weights_file_with_an_explicit_tag_uses_that_tags_config(trained, tmp_path):
@@ -124,8 +137,9 @@ def test_missing_file_and_unknown_suffix(tmp_path):
     with pytest.raises(CorruptWeightsError, match="does not exist"):
         load_weights_file(ARCH, tmp_path / "absent.safetensors", NUM_CLASSES)
     (tmp_path / "weights.h5").write_bytes(b"\x89HDF")
-    with pytest.raises(CorruptWeightsError, match=r"\.safetensors, \.pth"):
+    with pytest.raises(CorruptWeightsError, match=r"one of \.safetensors, \.pth, \.pt, \.bin$"):
         load_weights_file(ARCH, tmp_path / "weights.h5", NUM_CLASSES)
+    assert weights_format("weights.h5") is None
 
 
 def test_weights_of_another_architecture_list_missing_and_unexpected_keys(tmp_path):

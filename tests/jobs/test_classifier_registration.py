@@ -4,6 +4,9 @@ import io
 
 import numpy as np
 import pytest
+import safetensors.torch
+import timm
+import torch
 from sqlalchemy import func, select
 
 from app.classifiers.models import Classifier, ClassifierStatus
@@ -63,6 +66,52 @@ def test_weights_file_is_loaded_checked_stored_and_its_shards_queued(
     assert [(j.kind, j.shard_start, j.shard_end) for j in jobs] == [(JobKind.predict, 0, 10)]
     listed = client.get(f"/api/v1/competitions/{competition.id}/classifiers").json()
     assert [c["name"] for c in listed] == ["resnet"]
+
+
+@pytest.mark.parametrize("filename", ["resnet.BIN", "resnet.Pt", "resnet.SafeTensors"])
+def test_every_accepted_weights_suffix_registers_in_any_case(
+    client, db_session, competition, admin_headers, settings, tmp_path, filename
+):
+    add_images(db_session, competition, 10)
+    model = timm.create_model("test_resnet", num_classes=1000)
+    path = tmp_path / filename
+    if filename.lower().endswith(".safetensors"):
+        safetensors.torch.save_file(model.state_dict(), str(path))
+    else:
+        torch.save(model.state_dict(), path)
+    response = register(
+        client,
+        competition,
+        admin_headers,
+        name="resnet",
+        source="timm-weights",
+        architecture="test_resnet",
+        files={"file": (filename, path.read_bytes())},
+    )
+    assert response.status_code == 201, response.text
+    stored_format = "safetensors" if filename.lower().endswith(".safetensors") else "pth"
+    body = response.json()
+    assert (
+        settings.weights_dir / f"{body['weights_sha256']}.{stored_format}"
+    ).read_bytes() == path.read_bytes()
+
+
+def test_a_weights_file_of_another_kind_is_refused_naming_the_accepted_suffixes(
+    client, db_session, competition, admin_headers, settings
+):
+    add_images(db_session, competition, 3)
+    response = register(
+        client,
+        competition,
+        admin_headers,
+        name="keras",
+        source="timm-weights",
+        architecture="test_resnet",
+        files={"file": ("model.h5", b"\x89HDF")},
+    )
+    assert response.status_code == 422
+    assert response.json()["detail"] == "weights file 'model.h5': use .safetensors, .pth, .pt, .bin"
+    assert_nothing_stored(db_session, settings)
 
 
 @pytest.mark.parametrize(
