@@ -1,8 +1,10 @@
 """Accounts and API tokens: create, authenticate, pause."""
 
+import os
+import socket
 from datetime import timedelta
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from app.db import utcnow
@@ -82,14 +84,22 @@ LOCAL_WORKER_TOKEN_NAME = "embedded"
 
 
 def local_worker_token(*, db_session: Session) -> str:
-    """A fresh token of this machine's worker account (made on first use); its older tokens are revoked."""
+    """A new token of this machine's worker account (made on first use), named after this process.
+
+    Local workers running side by side each keep their own token. Tokens of the account unused for a day
+    are revoked: their workers have ended, as a running one uses its token at least once a minute.
+    """
     user = db_session.scalar(select(User).where(User.username == LOCAL_WORKER))
     if user is None:
         user = create_user(db_session=db_session, username=LOCAL_WORKER, role=Role.worker, password=None)
     db_session.execute(
-        delete(ApiToken).where(ApiToken.user_id == user.id, ApiToken.name == LOCAL_WORKER_TOKEN_NAME)
+        delete(ApiToken).where(
+            ApiToken.user_id == user.id,
+            func.coalesce(ApiToken.last_used_at, ApiToken.created_at) < utcnow() - timedelta(days=1),
+        )
     )
-    return create_api_token(db_session=db_session, user=user, name=LOCAL_WORKER_TOKEN_NAME)
+    name = f"{LOCAL_WORKER_TOKEN_NAME} {socket.gethostname()[:64]}:{os.getpid()}"
+    return create_api_token(db_session=db_session, user=user, name=name)
 
 
 def set_active(*, db_session: Session, user: User, is_active: bool) -> User:

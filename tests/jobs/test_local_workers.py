@@ -1,0 +1,89 @@
+"""Local `mad worker`s (no --url) each get a token of their own, so several work one database side by side."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import timedelta
+
+from sqlalchemy import select
+
+from app.classifiers.models import Classifier, ClassifierStatus
+from app.db import utcnow
+from app.jobs.models import Job, JobStatus
+from app.labelling.models import PairSubset
+from app.users import service as users_service
+from app.users.models import ApiToken, User
+from tests.jobs.conftest import set_up_competition
+
+WAIT_S = 300
+
+
+def local_worker(settings, name: str) -> subprocess.Popen:
+    """`mad worker --exit-when-idle` on the test database, serving it privately as on a single machine."""
+    command = [sys.executable, "-c", "from app.cli.main import app; app()", "worker", "--exit-when-idle"]
+    command += ["--name", name, "--device", "cpu", "--batch-size", "16", "--loader-workers", "0"]
+    env = {
+        **os.environ,
+        "MAD_DATABASE_URL": settings.database_url,
+        "MAD_DATA_DIR": str(settings.data_dir),
+        "MAD_ENV": "development",
+    }
+    return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def wait_until_holding_a_job(service, name: str) -> None:
+    """Poll the database until worker `name` holds a running job."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        with service.session() as session:
+            held = session.scalar(
+                select(Job.id).where(Job.status == JobStatus.running, Job.lease_owner == name).limit(1)
+            )
+        if held is not None:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for worker {name} to claim a job")
+
+
+def test_two_local_workers_on_one_database_both_finish_cleanly(live_service, tmp_path):
+    set_up_competition(live_service, tmp_path, images=400, architectures=("test_resnet", "test_efficientnet"))
+    workers = [local_worker(live_service.settings, "first")]
+    try:
+        wait_until_holding_a_job(live_service, "first")
+        workers[0].send_signal(signal.SIGSTOP)  # hold it mid-job while the second starts with its own token
+        workers.append(local_worker(live_service.settings, "second"))
+        wait_until_holding_a_job(live_service, "second")
+        workers[0].send_signal(signal.SIGCONT)  # its next heartbeat and upload use its token
+        for worker in workers:
+            assert worker.wait(timeout=WAIT_S) == 0, worker.stderr.read().decode()
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+
+    with live_service.session() as session:
+        assert set(session.scalars(select(Job.status))) == {JobStatus.done}
+        assert set(session.scalars(select(Job.lease_owner))) == {"first", "second"}
+        assert set(session.scalars(select(Classifier.status))) == {ClassifierStatus.ready}
+        assert len(session.scalars(select(PairSubset)).all()) == 1
+
+
+def test_local_worker_tokens_are_kept_while_used_and_revoked_after_a_day_unused(db_session):
+    first = users_service.local_worker_token(db_session=db_session)
+    second = users_service.local_worker_token(db_session=db_session)
+    assert first != second
+    worker = users_service.user_for_token(db_session=db_session, token=first)
+    assert worker is not None and worker == users_service.user_for_token(db_session=db_session, token=second)
+
+    tokens = db_session.scalars(select(ApiToken).join(User).where(User.username == worker.username)).all()
+    assert len(tokens) == 2 and all(token.name.endswith(f":{os.getpid()}") for token in tokens)
+    for token in tokens:
+        token.last_used_at = utcnow() - timedelta(days=1, minutes=1)  # these workers have ended
+    db_session.flush()
+    third = users_service.local_worker_token(db_session=db_session)
+    assert users_service.user_for_token(db_session=db_session, token=first) is None
+    assert users_service.user_for_token(db_session=db_session, token=second) is None
+    assert users_service.user_for_token(db_session=db_session, token=third) == worker
