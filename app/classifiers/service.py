@@ -227,15 +227,19 @@ def retire_classifier(*, db_session: Session, classifier: Classifier) -> Classif
     if classifier.status == ClassifierStatus.retired:
         return classifier
     jobs_service.lock_competition(db_session=db_session, competition_id=classifier.competition_id)
-    now = utcnow()
-    classifier.status = ClassifierStatus.retired
-    classifier.retired_at = now
-    for job in db_session.scalars(
-        select(Job).where(
+    jobs = db_session.scalars(  # locked before the classifier row: the lock order of app.jobs.service
+        select(Job)
+        .where(
             or_(Job.classifier_id == classifier.id, Job.other_classifier_id == classifier.id),
             Job.status.in_([JobStatus.queued, JobStatus.running]),
         )
-    ):
+        .order_by(Job.id)
+        .with_for_update()
+    ).all()
+    now = utcnow()
+    classifier.status = ClassifierStatus.retired
+    classifier.retired_at = now
+    for job in jobs:
         job.status = JobStatus.failed
         job.error = f"cancelled: classifier {classifier.name!r} was retired"
         job.finished_at = now

@@ -5,6 +5,9 @@ A job whose lease expired is claimable again (and the old holder's token no long
 worker's job is taken over. Completion and failure must present the current lease token (fencing) and
 repeating a completion with the same token is a no-op. On Postgres claims use FOR UPDATE SKIP LOCKED;
 SQLite serialises writers (BEGIN IMMEDIATE), which gives the same exclusivity.
+
+Row locks are taken in one order, competition, then jobs, then classifiers, so that completing or failing
+a job and retiring its classifier at once cannot deadlock on Postgres.
 """
 
 import uuid
@@ -51,6 +54,13 @@ def competition_image_count(*, db_session: Session, competition_id: int) -> int:
 def lock_competition(*, db_session: Session, competition_id: int) -> None:
     """Serialise job creation within a competition (row lock on Postgres; SQLite serialises writers)."""
     db_session.execute(select(Competition.id).where(Competition.id == competition_id).with_for_update())
+
+
+def lock_competition_of_job(*, db_session: Session, job_id: int) -> None:
+    """Lock the competition of job `job_id` (if there is such a job) before the job itself is locked."""
+    competition_id = db_session.scalar(select(Job.competition_id).where(Job.id == job_id))
+    if competition_id is not None:
+        lock_competition(db_session=db_session, competition_id=competition_id)
 
 
 def enqueue_predictions(
@@ -254,6 +264,7 @@ def mark_done(*, db_session: Session, job: Job) -> None:
 
 def fail(*, db_session: Session, job_id: int, lease_token: str, error: str, permanent: bool) -> Job:
     """Requeue a failed job, or fail it (and its classifier) when permanent or out of attempts."""
+    lock_competition_of_job(db_session=db_session, job_id=job_id)
     job = db_session.scalar(select(Job).where(Job.id == job_id).with_for_update())
     if job is None:
         raise NotFound(f"no job with id {job_id}")
@@ -307,6 +318,7 @@ def complete_predict(
     *, db_session: Session, settings: Settings, job_id: int, lease_token: str, predictions: Predictions
 ) -> Job:
     """Store a shard's predictions and finish the job; the classifier's last shard makes it ready."""
+    lock_competition_of_job(db_session=db_session, job_id=job_id)  # enqueue_selections below needs it too
     job = held_job(db_session=db_session, job_id=job_id, lease_token=lease_token, kind=JobKind.predict)
     if job is None:
         return db_session.get(Job, job_id)
@@ -317,7 +329,6 @@ def complete_predict(
     _check_shard_values(job_id, predictions, len(competition.class_keys))
     with storage_errors(f"the predictions of job {job_id}"):  # no partial file; the job stays running
         PredictionStore(settings.predictions_dir).write_shard(job.classifier_id, job.shard_start, predictions)
-    lock_competition(db_session=db_session, competition_id=job.competition_id)
     mark_done(db_session=db_session, job=job)
     unfinished = db_session.scalar(
         select(func.count()).where(
