@@ -149,7 +149,10 @@ class _ImageDataset(torch.utils.data.Dataset):
 
 
 class InferenceEngine:
-    """Classifiers loaded on one device, predicting shards of images; same-geometry models share batches."""
+    """Classifiers loaded on one device, predicting shards of images; same-geometry models share batches.
+
+    `compile` applies torch.compile on a CUDA device only; on CPU it is ignored.
+    """
 
     def __init__(
         self,
@@ -174,7 +177,11 @@ class InferenceEngine:
         self.input_sizes = [tuple(config["input_size"]) for config in config_by_geometry.values()]
         self.group_of_model = [geometries.index(geometry_key(config)) for config in configs]
         self.prepared = [
-            prepare_model(model, self.device, compile_for_batch=batch_size if compile else None)
+            prepare_model(
+                model,
+                self.device,
+                compile_for_batch=batch_size if compile and self.device.type == "cuda" else None,
+            )
             for model in models
         ]
 

@@ -44,7 +44,11 @@ def worker(
     loader_workers: int = typer.Option(
         None, min=0, help="Decoding processes (default: by device and cores)."
     ),
-    compile: bool = typer.Option(False, "--compile", help="torch.compile models on the GPU (slow start)."),
+    compile: bool = typer.Option(
+        False,
+        "--compile",
+        help="torch.compile models when on a GPU (slow start; ignored on CPU).",
+    ),
     cache_dir: Path = typer.Option(None, help="Downloaded weights (default: MAD_DATA_DIR/worker-cache)."),
     exit_when_idle: bool = typer.Option(False, "--exit-when-idle", help="Stop when no job is left."),
     name: str = typer.Option(None, help="Worker name shown in job listings (default host:pid)."),

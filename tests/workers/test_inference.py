@@ -140,6 +140,12 @@ def test_padding_a_batch_for_a_fixed_shape_graph_does_not_change_its_rows(models
     torch.testing.assert_close(padded.entropy_bits, plain.entropy_bits)
 
 
+def test_compile_is_ignored_on_cpu(models):
+    engine = InferenceEngine(models[:1], device="cpu", batch_size=4, compile=True)
+    (prepared,) = engine.prepared
+    assert prepared.forward is models[0] and prepared.pad_to_batch is None
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_bf16_agrees_with_cpu_fp32(models, images, read_bytes, all_predictions):
     ordinals = list(range(len(images.paths)))
