@@ -2,6 +2,7 @@
 
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 import safetensors.torch
 import timm
 import torch
+from fastapi import FastAPI
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.classifiers import service as classifiers_service
@@ -62,10 +64,10 @@ def live_settings(tmp_path, fresh_database_url) -> Settings:
     )
 
 
-@pytest.fixture
-def live_service(live_settings) -> Iterator[LiveService]:
-    """The app served on a free localhost port, with a worker account."""
-    engine = create_db_engine(live_settings.sqlalchemy_url)
+@contextmanager
+def serving(settings: Settings, app: FastAPI | None = None) -> Iterator[LiveService]:
+    """`app` (by default the app of `settings`) served on a free localhost port, with a worker account."""
+    engine = create_db_engine(settings.sqlalchemy_url)
     sessions = create_sessionmaker(engine)
     with sessions() as session:
         worker = users_service.create_user(
@@ -73,9 +75,18 @@ def live_service(live_settings) -> Iterator[LiveService]:
         )
         token = users_service.create_api_token(db_session=session, user=worker, name="test")
         session.commit()
-    with serve_in_thread(create_app(live_settings)) as url:
-        yield LiveService(url, live_settings, sessions, token)
-    engine.dispose()
+    try:
+        with serve_in_thread(app or create_app(settings)) as url:
+            yield LiveService(url, settings, sessions, token)
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def live_service(live_settings) -> Iterator[LiveService]:
+    """The app served on a free localhost port, with a worker account."""
+    with serving(live_settings) as service:
+        yield service
 
 
 def set_up_competition(

@@ -1,9 +1,11 @@
 """Faults: a worker killed with SIGKILL mid-shard is taken over; racing workers never both complete a job."""
 
+import asyncio
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -17,7 +19,8 @@ from app.classifiers.timm_source import load_weights_file
 from app.images.models import CompetitionImage, Image
 from app.images.store import ImageStore
 from app.jobs.models import Job, JobStatus
-from tests.jobs.conftest import set_up_competition
+from app.main import create_app
+from tests.jobs.conftest import serving, set_up_competition
 from workers.client import LeaseLost, ServiceClient
 from workers.inference import InferenceEngine
 
@@ -80,36 +83,69 @@ def clean_predictions(service, classifier: Classifier, n_images: int) -> Predict
     return predictions
 
 
-def test_a_worker_killed_mid_shard_is_taken_over_and_predictions_equal_a_clean_run(live_service, tmp_path):
-    n_images = 600
-    set_up_competition(live_service, tmp_path, images=n_images, architectures=("test_resnet",))
-    victim = start_worker(live_service, "victim")
+class ImageGate:
+    """Middleware holding every request for one image until opened: a worker asking for it is stuck there."""
 
-    def victim_is_mid_shard():
-        with live_service.session() as session:
-            return session.scalar(
-                select(Job).where(
-                    Job.status == JobStatus.running, Job.lease_owner == "victim", Job.progress_done > 0
-                )
+    def __init__(self) -> None:
+        self.path: str | None = None
+        self.reached = threading.Event()
+        self.opened = threading.Event()
+
+    async def __call__(self, request, call_next):
+        if request.url.path == self.path:
+            self.reached.set()
+            while not self.opened.is_set():
+                await asyncio.sleep(0.01)
+        return await call_next(request)
+
+
+def test_a_worker_killed_mid_shard_is_taken_over_and_predictions_equal_a_clean_run(live_settings, tmp_path):
+    n_images, held_ordinal = 600, 150  # the second shard's image 50: one shard done, three batches into this
+    gate = ImageGate()
+    app = create_app(live_settings)
+    app.middleware("http")(gate)
+    with serving(live_settings, app) as service:
+        set_up_competition(service, tmp_path, images=n_images, architectures=("test_resnet",))
+        with service.session() as session:
+            gate.path = "/images/" + session.scalar(
+                select(Image.sha256)
+                .join(CompetitionImage, CompetitionImage.image_id == Image.id)
+                .where(CompetitionImage.ordinal == held_ordinal)
             )
+        victim = start_worker(service, "victim")
 
-    interrupted = wait_for(victim_is_mid_shard, "the victim to be part-way through a shard")
-    victim.send_signal(signal.SIGKILL)
-    victim.wait()
+        def victim_reported_progress_on_the_held_shard():
+            with service.session() as session:
+                return session.scalar(
+                    select(Job).where(
+                        Job.status == JobStatus.running,
+                        Job.lease_owner == "victim",
+                        Job.shard_start <= held_ordinal,
+                        Job.shard_end > held_ordinal,
+                        Job.progress_done > 0,
+                    )
+                )
 
-    rescuer = start_worker(live_service, "rescuer", "--exit-when-idle")
-    assert rescuer.wait(timeout=WAIT_S) == 0, rescuer.stderr.read().decode()
+        wait_for(gate.reached.is_set, "the victim to ask for the held image")
+        interrupted = wait_for(victim_reported_progress_on_the_held_shard, "a heartbeat with its progress")
+        victim.send_signal(signal.SIGKILL)  # stuck on the held image, so it cannot finish the shard first
+        victim.wait()
+        gate.opened.set()
 
-    with live_service.session() as session:
-        job = session.get(Job, interrupted.id)
-        assert (job.status, job.lease_owner, job.attempts) == (JobStatus.done, "rescuer", 2)
-        classifier = session.scalars(select(Classifier)).one()
-        assert classifier.status == ClassifierStatus.ready
-        assert session.scalars(select(Job.status)).all() == [JobStatus.done] * (n_images // 100)
-    stored = PredictionStore(live_service.settings.predictions_dir).read(
-        classifier.id, n_images
-    )  # no gap/overlap
-    clean = clean_predictions(live_service, classifier, n_images)
+        rescuer = start_worker(service, "rescuer", "--exit-when-idle")
+        assert rescuer.wait(timeout=WAIT_S) == 0, rescuer.stderr.read().decode()
+
+        with service.session() as session:
+            job = session.get(Job, interrupted.id)
+            assert (job.status, job.lease_owner) == (JobStatus.done, "rescuer")
+            assert job.attempts > interrupted.attempts  # leased again after the victim died, then finished
+            classifier = session.scalars(select(Classifier)).one()
+            assert classifier.status == ClassifierStatus.ready
+            assert session.scalars(select(Job.status)).all() == [JobStatus.done] * (n_images // 100)
+        stored = PredictionStore(service.settings.predictions_dir).read(
+            classifier.id, n_images
+        )  # no gap/overlap
+        clean = clean_predictions(service, classifier, n_images)
     assert np.array_equal(stored.top1, clean.top1)
     assert np.allclose(stored.prob, clean.prob, atol=1e-5)
     assert np.allclose(stored.top5_prob, clean.top5_prob, atol=1e-5)
