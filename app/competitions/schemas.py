@@ -35,7 +35,10 @@ class CompetitionCreate(BaseModel):
         default=5, ge=1, le=99, description="Annotators per question (odd); majority decides."
     )
     smoothing: float = Field(
-        default=1.0, ge=0, description="Laplace pseudo-count α: (correct + α) / (n + 2α)."
+        default=1.0,
+        gt=0,
+        description="Laplace pseudo-count α > 0: (correct + α) / (n + 2α); α = 0 leaves a pair where one "
+        "classifier is never right without a dominance b_ij and the ranking undefined.",
     )
     gold_rate: float = Field(
         default=0.0, ge=0, lt=1, description="Share of gold questions mixed into labelling."

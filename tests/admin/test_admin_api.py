@@ -1,6 +1,10 @@
-"""Admin actions through the API: excluding an image replaces it in its pairs; excluding an annotator's votes
-re-decides their questions; retiring a classifier cancels its jobs."""
+"""Admin actions through the API: a competition needs smoothing α > 0; a classifier from a pretrained tag
+is stored and its worker job fails with the reason where the weights cannot be downloaded; excluding an
+image replaces it in its pairs; excluding an annotator's votes re-decides their questions; retiring a
+classifier cancels its jobs."""
 
+import httpx
+import huggingface_hub
 import numpy as np
 from sqlalchemy import select
 
@@ -8,6 +12,9 @@ from app.images.models import CompetitionImage, Image
 from app.jobs import service as jobs_service
 from app.jobs.models import Job, JobStatus
 from app.labelling.models import LabelItem, PairImage, PairImageRole, Question
+from app.users import service as users_service
+from app.users.models import Role
+from tests.conftest import TEST_PASSWORD
 from tests.leaderboard.scenario import (
     annotators,
     corpus,
@@ -16,6 +23,87 @@ from tests.leaderboard.scenario import (
     run_select_jobs,
     vote,
 )
+from tests.support.images import image_bytes
+from workers.worker import WorkerOptions, run_worker
+
+PRETRAINED_TAG = "resnet18.a1_in1k"
+
+
+def test_a_competition_needs_a_positive_smoothing(client, admin_headers):
+    for smoothing in (0, -0.5):
+        refused = client.post(
+            "/api/v1/competitions", json={"name": "flat", "smoothing": smoothing}, headers=admin_headers
+        )
+        assert refused.status_code == 422
+        (error,) = refused.json()["detail"]
+        assert error["loc"] == ["body", "smoothing"] and "greater than 0" in error["msg"]
+    assert client.get("/api/v1/competitions").json() == []
+    created = client.post(
+        "/api/v1/competitions", json={"name": "flat", "smoothing": 0.5}, headers=admin_headers
+    )
+    assert created.status_code == 201 and created.json()["smoothing"] == 0.5
+    board = client.get(f"/api/v1/competitions/{created.json()['id']}/leaderboard")
+    assert board.status_code == 200 and board.json()["smoothing"] == 0.5
+
+
+def test_an_admin_adds_a_classifier_from_a_pretrained_tag_and_its_job_fails_offline_with_the_reason(
+    live_server, tmp_path, monkeypatch
+):
+    # nothing listens on port 9: the worker cannot reach the hub, and its weights cache is empty
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", "http://127.0.0.1:9")
+    with live_server.sessions() as db_session:
+        admin = users_service.create_user(
+            db_session=db_session, username="boss", role=Role.admin, password=TEST_PASSWORD
+        )
+        worker = users_service.create_user(
+            db_session=db_session, username="gpu", role=Role.worker, password=None
+        )
+        admin_token = users_service.create_api_token(db_session=db_session, user=admin, name="test")
+        worker_token = users_service.create_api_token(db_session=db_session, user=worker, name="test")
+        db_session.commit()
+    with httpx.Client(base_url=live_server.url, headers={"Authorization": f"Bearer {admin_token}"}) as http:
+        competition = http.post("/api/v1/competitions", json={"name": "imagenet"}).json()
+        base = f"/api/v1/competitions/{competition['id']}"
+        files = [("files", (f"{seed}.png", image_bytes(seed), "image/png")) for seed in range(3)]
+        assert len(http.post(f"{base}/images", files=files).json()["added"]) == 3
+
+        # the admin page's "Add a classifier" form posts these fields to this endpoint
+        added = http.post(
+            f"{base}/classifiers",
+            data={
+                "name": "r18",
+                "source": "timm-pretrained",
+                "pretrained_tag": PRETRAINED_TAG,
+                "reported_accuracy": "71.5",
+            },
+        )
+        assert added.status_code == 201, added.text
+        stored = added.json()
+        assert (stored["source"], stored["pretrained_tag"], stored["architecture"], stored["status"]) == (
+            "timm-pretrained",
+            PRETRAINED_TAG,
+            "resnet18",
+            "predicting",
+        )
+        assert [c["name"] for c in http.get(f"{base}/classifiers").json()] == ["r18"]
+        assert http.get(f"{base}/progress").json()["jobs_by_status"] == {"queued": 1}
+
+        run_worker(
+            url=live_server.url,
+            token=worker_token,
+            options=WorkerOptions(device="cpu", batch_size=4, loader_workers=0, cache_dir=tmp_path / "cache"),
+            exit_when_idle=True,
+            report=lambda *_: None,
+        )
+        (failed,) = http.get(f"{base}/classifiers").json()
+        assert failed["status"] == "failed"
+        assert f"cannot download pretrained weights for {PRETRAINED_TAG!r}" in failed["error"]
+        assert "upload a weights file instead" in failed["error"]
+        progress = http.get(f"{base}/progress").json()
+        assert progress["jobs_by_status"] == {"failed": 1}
+        assert progress["classifiers"][0]["error"] == failed["error"]
+        (unranked,) = http.get(f"{base}/leaderboard").json()["unranked"]
+        assert (unranked["name"], unranked["reason"]) == ("r18", failed["error"])
 
 
 def pair_roles(db_session) -> list[tuple[int, PairImageRole]]:

@@ -53,6 +53,12 @@ def test_an_admin_runs_a_competition_from_the_pages(live_server, browser, tmp_pa
     browser.execute_script(
         "arguments[0].value = arguments[1]", form.find_element(By.NAME, "taxonomy_source"), DIGITS
     )
+    smoothing = form.find_element(By.NAME, "smoothing")
+    smoothing.clear()
+    smoothing.send_keys("0")  # the API refuses α = 0 (422); the form says so before sending
+    assert browser.execute_script("return arguments[0].checkValidity()", smoothing) is False
+    smoothing.clear()
+    smoothing.send_keys("1")
     for name, value in (("k", "3"), ("confidence_threshold", "0"), ("max_per_label", "100")):
         field = form.find_element(By.NAME, name)
         field.clear()
