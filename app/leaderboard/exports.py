@@ -3,9 +3,9 @@
 Rows are read in batches of BATCH_ROWS, each in its own short transaction (keyset pagination), so a large
 export never holds a database lock for long and never holds the table in memory. CSV and JSON Lines are
 streamed as they are read; Parquet is written batch by batch (one row group each) to a temporary file
-that is then streamed. Together with the classifiers list and the competition's smoothing, the subsets
-export is enough to recompute the leaderboard: a pair's labels are its `selected` rows whose outcome_a and
-outcome_b are both known.
+that is then streamed. Together with the public classifiers list and competition (smoothing, k), the
+subsets export is enough to recompute the leaderboard: a pair's labels are its `selected` rows whose
+outcome_a and outcome_b are both known; with the questions export's decision times, its history too.
 """
 
 import io
@@ -194,6 +194,7 @@ SUBSETS_SCHEMA = pa.schema(
         ("classifier_a", pa.string()),
         ("classifier_b_id", pa.int64()),
         ("classifier_b", pa.string()),
+        ("subset_created_at", TIMESTAMP),
         ("position", pa.int32()),
         ("role", pa.string()),
         ("image_sha256", pa.string()),
@@ -211,8 +212,9 @@ SUBSETS_SCHEMA = pa.schema(
 
 
 def _subsets_batches(source: ExportSource, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """Every pair's images in selection order (selected, reserve, discarded) with both predictions and
-    their decided outcomes (does the image contain label_a / label_b; null while open)."""
+    """Every pair's images in selection order (selected, reserve, discarded) with both predictions, their
+    decided outcomes (does the image contain label_a / label_b; null while open) and when the pair was
+    selected (the ranking history counts a pair image from the later of its decisions and its selection)."""
     classifier_a, classifier_b = aliased(Classifier), aliased(Classifier)
     question_a, question_b = aliased(Question), aliased(Question)
 
@@ -231,6 +233,7 @@ def _subsets_batches(source: ExportSource, schema: pa.Schema) -> Iterator[pa.Rec
                 classifier_a.name,
                 PairSubset.classifier_b_id,
                 classifier_b.name,
+                PairSubset.created_at,
                 Image.sha256,
                 question_a.outcome,
                 question_b.outcome,
@@ -250,13 +253,14 @@ def _subsets_batches(source: ExportSource, schema: pa.Schema) -> Iterator[pa.Rec
         return session.execute(statement).all()
 
     def row(result, competition: Competition) -> tuple[tuple, dict]:
-        pair_image, a_id, a_name, b_id, b_name, sha256, outcome_a, outcome_b = result
+        pair_image, a_id, a_name, b_id, b_name, subset_created_at, sha256, outcome_a, outcome_b = result
         keys = competition.class_keys
         return (pair_image.subset_id, pair_image.position), {
             "classifier_a_id": a_id,
             "classifier_a": a_name,
             "classifier_b_id": b_id,
             "classifier_b": b_name,
+            "subset_created_at": subset_created_at,
             "position": pair_image.position,
             "role": pair_image.role.value,
             "image_sha256": sha256,

@@ -19,6 +19,7 @@ from app.classifiers.service import get_classifier
 from app.competitions.models import Competition
 from app.competitions.service import get_competition
 from app.db import SessionDep
+from app.errors import InvalidInput
 from app.leaderboard import exports, service, snapshots
 from app.leaderboard.schemas import (
     ClassifierAnalysisRead,
@@ -46,13 +47,97 @@ def export_sessions(request: Request) -> sessionmaker[Session]:
 ExportSessions = Annotated[sessionmaker[Session], Depends(export_sessions)]
 
 
-def leaderboard_csv(leaderboard: LeaderboardRead) -> str:
-    """One row per ranked classifier (registration order) with every standing field as a column."""
+CsvTable = Literal["classifiers", "pairs", "summary"]
+SUMMARY_COLUMNS = (
+    "competition_id",
+    "competition_name",
+    "smoothing",
+    "classifiers",
+    "lambda_max",
+    "consistency_index",
+    "srcc",
+    "krcc",
+    "correlated_classifiers",
+    "case_i",
+    "case_ii",
+    "case_iii",
+    "labelled_pair_images",
+    "bootstrap_resamples",
+    "bootstrap_level",
+    "bootstrap_seed",
+)
+PAIR_COLUMNS = ("classifier_i_id", "classifier_i", "classifier_j_id", "classifier_j", "a_ij", "b_ij", "n_ij")
+
+
+def _classifier_rows(leaderboard: LeaderboardRead) -> list[dict]:
+    """One row per ranked classifier (registration order) with every standing field."""
+    return [standing.model_dump(mode="json") for standing in leaderboard.classifiers]
+
+
+def _pair_rows(leaderboard: LeaderboardRead) -> list[dict]:
+    """A, B and n in long form: one row per (i, j) of the ranked classifiers, diagonal included, in row-major
+    order of classifier_ids."""
+    matrices = leaderboard.matrices
+    names = {standing.classifier_id: standing.name for standing in leaderboard.classifiers}
+    return [
+        dict(
+            zip(
+                PAIR_COLUMNS,
+                (
+                    id_i,
+                    names[id_i],
+                    id_j,
+                    names[id_j],
+                    matrices.accuracy[i][j],
+                    matrices.dominance[i][j],
+                    matrices.labelled[i][j],
+                ),
+                strict=True,
+            )
+        )
+        for i, id_i in enumerate(matrices.classifier_ids)
+        for j, id_j in enumerate(matrices.classifier_ids)
+    ]
+
+
+def _summary_rows(leaderboard: LeaderboardRead) -> list[dict]:
+    """One row: λmax, consistency index, SRCC, KRCC, case shares and how the numbers were made."""
+    shares, bootstrap = leaderboard.case_shares, leaderboard.bootstrap
+    values = (
+        leaderboard.competition_id,
+        leaderboard.competition_name,
+        leaderboard.smoothing,
+        len(leaderboard.classifiers),
+        leaderboard.lambda_max,
+        leaderboard.consistency_index,
+        leaderboard.srcc,
+        leaderboard.krcc,
+        leaderboard.correlated_classifiers,
+        shares.case_i,
+        shares.case_ii,
+        shares.case_iii,
+        shares.images,
+        bootstrap.n_resamples,
+        bootstrap.level,
+        bootstrap.seed,
+    )
+    return [dict(zip(SUMMARY_COLUMNS, values, strict=True))]
+
+
+CSV_TABLES = {
+    "classifiers": (tuple(ClassifierStanding.model_fields), _classifier_rows),
+    "pairs": (PAIR_COLUMNS, _pair_rows),
+    "summary": (SUMMARY_COLUMNS, _summary_rows),
+}
+
+
+def leaderboard_csv(leaderboard: LeaderboardRead, table: CsvTable) -> str:
+    """One table of the leaderboard as CSV with a header (empty field = null)."""
+    columns, rows = CSV_TABLES[table]
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(ClassifierStanding.model_fields), lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
-    for standing in leaderboard.classifiers:
-        writer.writerow(standing.model_dump(mode="json"))
+    writer.writerows(rows(leaderboard))
     return buffer.getvalue()
 
 
@@ -73,21 +158,35 @@ def read_leaderboard(
     request: Request,
     db_session: SessionDep,
     format: Annotated[Literal["json", "csv"] | None, Query(description="json (default) or csv")] = None,
+    table: Annotated[
+        CsvTable | None,
+        Query(
+            description="With CSV, which table: classifiers (default; one row per ranked classifier), pairs "
+            "(A, B and n in long form: i, j, a_ij, b_ij, n_ij) or summary (λmax, consistency index, SRCC, "
+            "KRCC, case shares). The JSON holds them all."
+        ),
+    ] = None,
 ) -> LeaderboardRead:
     """The MAD ranking from the decided questions: Perron score and rank with seeded bootstrap intervals,
     HodgeRank / Bradley–Terry / win-rate ranks, labelled images, reported accuracy, accuracy rank and
     Δrank (Table 1), SRCC and KRCC, λmax and consistency index, case shares, and matrices A, B and n.
 
-    `?format=csv` (or `Accept: text/csv`) gives the per-classifier table only. The same votes always give
-    the same numbers. 409 when the competition's smoothing α is 0 (a Perron rank needs every a_ij > 0).
+    `?format=csv` (or `Accept: text/csv`) gives one table as CSV, chosen by `table`: classifiers, pairs or
+    summary; together they hold every number of the JSON. `table` without CSV is refused (422). The same
+    votes always give the same numbers. 409 when the competition's smoothing α is 0 (a Perron rank needs
+    every a_ij > 0; only competitions created before α > 0 was required can have it).
     """
+    wants_csv = _wants_csv(request, format)
+    if table is not None and not wants_csv:
+        raise InvalidInput("table= chooses a CSV table: add format=csv (the JSON holds every table)")
     competition = get_competition(db_session=db_session, competition_id=competition_id)
     leaderboard = service.compute_leaderboard(db_session=db_session, competition=competition)
-    if _wants_csv(request, format):
+    if wants_csv:
+        table = table or "classifiers"
         return Response(
-            leaderboard_csv(leaderboard),
+            leaderboard_csv(leaderboard, table),
             media_type=CSV_MEDIA_TYPE,
-            headers={"Content-Disposition": f'inline; filename="{competition.name}-leaderboard.csv"'},
+            headers={"Content-Disposition": f'inline; filename="{competition.name}-leaderboard-{table}.csv"'},
         )
     return leaderboard
 
@@ -186,9 +285,10 @@ def export_subsets(
     _admin: AdminUser,
     format: FormatQuery = "csv",
 ):
-    """Every pair's images in selection order with role (selected, reserve, discarded), both predictions
-    and the decided outcomes of both questions: with the classifiers list and the competition's smoothing,
-    enough to recompute the leaderboard (a pair's labels: its selected rows with both outcomes known)."""
+    """Every pair's images in selection order with role (selected, reserve, discarded), both predictions,
+    the decided outcomes of both questions and when the pair was selected: with the classifiers list and
+    the competition (smoothing, k), enough to recompute the leaderboard (a pair's labels: its selected
+    rows with both outcomes known), and with the questions export's decision times, its history."""
     competition = get_competition(db_session=db_session, competition_id=competition_id)
     return _export("subsets", competition, request, sessions, format)
 

@@ -3,15 +3,29 @@
 import csv
 import io
 import json
+import math
 from contextlib import nullcontext
+from datetime import UTC, datetime
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from app.core.ranking import bootstrap_perron, count_outcomes, rank_classifiers
+from app.core.analysis import case_shares, krcc, ranking_stability, srcc
+from app.core.ranking import (
+    bootstrap_perron,
+    count_outcomes,
+    dominance_matrix,
+    pairwise_accuracy,
+    perron_rank,
+    rank_classifiers,
+    ranks_from_scores,
+)
 from app.labelling import rules
+from app.leaderboard.exports import TABLES
 from app.leaderboard.router import export_sessions
+from app.leaderboard.service import PROVISIONAL_RANK_SPREAD, STABLE_K
 
 FORMATS = ("csv", "parquet", "jsonl")
 
@@ -39,42 +53,151 @@ def fetch(client, competition_id: int, table: str, export_format: str, headers=N
     return list(csv.DictReader(io.StringIO(response.text)))
 
 
-def test_the_leaderboard_is_recomputed_from_the_exports(exporting, voted, admin_headers):
+def utc(value) -> datetime:
+    """An API or export timestamp (ISO text or datetime) as an aware UTC datetime."""
+    moment = datetime.fromisoformat(value) if isinstance(value, str) else value
+    return moment.astimezone(UTC)
+
+
+def export_labels(subsets: list[dict], questions: list[dict], ranked: list[int]) -> list[tuple]:
+    """(labelled_at, a_index, b_index, a right, b right) of each selected pair image of two ranked classifiers
+    with both questions decided, in export order (pair, then position); labelled_at is the later of its two
+    decisions and its pair's selection, as the history counts it."""
+    index_of = {classifier_id: index for index, classifier_id in enumerate(ranked)}
+    decided_at = {(q["image_sha256"], q["class_index"]): q["decided_at"] for q in questions}
+    return [
+        (
+            max(
+                utc(decided_at[(row["image_sha256"], row["label_a"])]),
+                utc(decided_at[(row["image_sha256"], row["label_b"])]),
+                utc(row["subset_created_at"]),
+            ),
+            index_of[row["classifier_a_id"]],
+            index_of[row["classifier_b_id"]],
+            row["outcome_a"],
+            row["outcome_b"],
+        )
+        for row in subsets
+        if row["classifier_a_id"] in index_of
+        and row["classifier_b_id"] in index_of
+        and row["role"] == "selected"
+        and row["outcome_a"] is not None
+        and row["outcome_b"] is not None
+    ]
+
+
+def pair_outcomes_of(labels: list[tuple], pairs: set[tuple[int, int]]) -> dict:
+    """The core's per-pair outcome arrays from export_labels rows (every stored pair, even unlabelled)."""
+    by_pair: dict[tuple[int, int], list[tuple[bool, bool]]] = {pair: [] for pair in pairs}
+    for _, a, b, right_a, right_b in labels:
+        by_pair[(a, b)].append((right_a, right_b))
+    return {pair: tuple(np.array(rows, dtype=bool).reshape(-1, 2).T) for pair, rows in by_pair.items()}
+
+
+def test_every_leaderboard_number_is_recomputed_from_the_exports(exporting, voted, admin_headers):
     competition_id = voted.competition.id
     exporting.post(f"/api/v1/classifiers/{voted.retired.id}/retire", headers=admin_headers)
     board = exporting.get(f"/api/v1/competitions/{competition_id}/leaderboard").json()
+    history = exporting.get(f"/api/v1/competitions/{competition_id}/leaderboard/history").json()
     competition = exporting.get(f"/api/v1/competitions/{competition_id}").json()
     classifiers = exporting.get(f"/api/v1/competitions/{competition_id}/classifiers").json()
     subsets = fetch(exporting, competition_id, "subsets", "parquet", admin_headers)
+    questions = fetch(exporting, competition_id, "questions", "parquet", admin_headers)
+    alpha = competition["smoothing"]
 
     with_subset = {row["classifier_a_id"] for row in subsets} | {row["classifier_b_id"] for row in subsets}
     ranked = [
-        c["id"]
+        c
         for c in classifiers
         if c["status"] not in ("failed", "retired") and (c["status"] == "ready" or c["id"] in with_subset)
     ]
-    assert ranked == board["matrices"]["classifier_ids"]
-    index_of = {classifier_id: index for index, classifier_id in enumerate(ranked)}
-    labels: dict[tuple[int, int], list[tuple[bool, bool]]] = {}
-    for row in subsets:
-        a, b = index_of.get(row["classifier_a_id"]), index_of.get(row["classifier_b_id"])
-        if a is None or b is None:
-            continue
-        labels.setdefault((a, b), [])
-        if row["role"] == "selected" and row["outcome_a"] is not None and row["outcome_b"] is not None:
-            labels[(a, b)].append((row["outcome_a"], row["outcome_b"]))
-    outcomes = {pair: tuple(np.array(rows, dtype=bool).reshape(-1, 2).T) for pair, rows in labels.items()}
-    counts = count_outcomes(outcomes, len(ranked))
-    ranking = rank_classifiers(counts, alpha=competition["smoothing"])
-    intervals = bootstrap_perron(counts, competition["smoothing"], **board["bootstrap"])
+    ids = [c["id"] for c in ranked]
+    assert ids == board["matrices"]["classifier_ids"] and len(ids) == 4
+    index_of = {classifier_id: index for index, classifier_id in enumerate(ids)}
+    pairs = {
+        (index_of[row["classifier_a_id"]], index_of[row["classifier_b_id"]])
+        for row in subsets
+        if row["classifier_a_id"] in index_of and row["classifier_b_id"] in index_of
+    }
+    labels = export_labels(subsets, questions, ids)
+    counts = count_outcomes(pair_outcomes_of(labels, pairs), len(ids))
+    ranking = rank_classifiers(counts, alpha)
+    intervals = bootstrap_perron(counts, alpha, **board["bootstrap"])
+    standings = board["classifiers"]
 
-    assert board["matrices"]["labelled"] == counts.n.tolist()
+    def column(name: str) -> list:
+        return [row[name] for row in standings]
+
+    assert board["smoothing"] == alpha and board["matrices"]["labelled"] == counts.n.tolist()
     assert np.allclose(board["matrices"]["accuracy"], ranking.accuracy)
-    assert np.allclose([row["mad_score"] for row in board["classifiers"]], ranking.perron.scores)
-    assert [row["mad_rank"] for row in board["classifiers"]] == ranking.ranks.tolist()
-    assert [row["rank_low"] for row in board["classifiers"]] == intervals.rank_low.tolist()
-    assert [row["rank_high"] for row in board["classifiers"]] == intervals.rank_high.tolist()
+    assert np.allclose(board["matrices"]["dominance"], ranking.dominance)
     assert board["lambda_max"] == pytest.approx(ranking.perron.lambda_max)
+    assert board["consistency_index"] == pytest.approx(ranking.perron.consistency_index)
+    assert np.allclose(column("mad_score"), ranking.perron.scores)
+    assert column("mad_rank") == ranking.ranks.tolist()
+    assert np.allclose(column("score_low"), intervals.score_low)
+    assert np.allclose(column("score_high"), intervals.score_high)
+    assert column("rank_low") == intervals.rank_low.tolist()
+    assert column("rank_high") == intervals.rank_high.tolist()
+    assert np.allclose(column("hodge_score"), ranking.hodge)
+    assert column("hodge_rank") == ranks_from_scores(ranking.hodge).tolist()
+    assert np.allclose(column("bradley_terry_score"), ranking.bradley_terry)
+    assert column("bradley_terry_rank") == ranks_from_scores(ranking.bradley_terry).tolist()
+    assert np.allclose(column("win_rate"), ranking.win_rate)
+    assert column("win_rate_rank") == ranks_from_scores(ranking.win_rate).tolist()
+    assert column("labelled_images") == counts.n.sum(axis=1).tolist()
+    fewest = np.where(np.eye(len(ids), dtype=bool), counts.n.max() + 1, counts.n).min(axis=1)
+    assert column("fewest_labelled_in_a_pair") == fewest.tolist()
+    spread = intervals.rank_high - intervals.rank_low
+    settled_with = min(competition["k"], STABLE_K)
+    assert column("provisional") == ((spread > PROVISIONAL_RANK_SPREAD) | (fewest < settled_with)).tolist()
+
+    shares = case_shares(counts)
+    assert board["case_shares"] == pytest.approx(
+        {
+            "case_i": shares.case_i,
+            "case_ii": shares.case_ii,
+            "case_iii": shares.case_iii,
+            "images": shares.images,
+        }
+    )
+
+    reporting = [i for i, c in enumerate(ranked) if c["reported_accuracy"] is not None]
+    assert 2 <= len(reporting) < len(ranked)
+    accuracy_ranks = ranks_from_scores([ranked[i]["reported_accuracy"] for i in reporting])
+    mad_ranks = ranks_from_scores(ranking.perron.scores[reporting])
+    assert column("reported_accuracy") == [c["reported_accuracy"] for c in ranked]
+    expected_accuracy_rank = dict(zip(reporting, accuracy_ranks.tolist(), strict=True))
+    expected_delta = dict(zip(reporting, (accuracy_ranks - mad_ranks).tolist(), strict=True))
+    assert column("accuracy_rank") == [expected_accuracy_rank.get(i) for i in range(len(ids))]
+    assert column("delta_rank") == [expected_delta.get(i) for i in range(len(ids))]
+    assert board["correlated_classifiers"] == len(reporting)
+    assert board["srcc"] == pytest.approx(srcc(mad_ranks, accuracy_ranks))
+    assert board["krcc"] == pytest.approx(krcc(mad_ranks, accuracy_ranks))
+
+    replay = sorted(labels, key=lambda label: label[0])  # stable: ties keep export order, as the service
+    cuts = np.unique(np.linspace(1, len(replay), min(len(replay), 24)).round().astype(int))
+    assert len(history["points"]) == len(cuts) >= 2
+    for point, cut in zip(history["points"], cuts, strict=True):
+        as_of = replay[cut - 1][0]
+        present = [i for i, c in enumerate(ranked) if utc(c["created_at"]) <= as_of]
+        local = {i: position for position, i in enumerate(present)}
+        kept = [
+            (at, local[a], local[b], ra, rb) for at, a, b, ra, rb in replay[:cut] if a in local and b in local
+        ]
+        by_pair = pair_outcomes_of(kept, {(a, b) for _, a, b, _, _ in kept})
+        scores = perron_rank(
+            dominance_matrix(pairwise_accuracy(count_outcomes(by_pair, len(present)), alpha))
+        ).scores
+        assert (utc(point["as_of"]), point["labelled_images"]) == (as_of, int(cut))
+        assert point["classifier_ids"] == [ids[i] for i in present]
+        assert np.allclose(point["mad_scores"], scores)
+        assert point["mad_ranks"] == ranks_from_scores(scores).tolist()
+
+    analysis = exporting.get(f"/api/v1/classifiers/{ids[0]}/analysis").json()
+    curve = ranking_stability(pair_outcomes_of(labels, pairs), len(ids), k=competition["k"], alpha=alpha)
+    assert analysis["stability"]["k_prime"] == curve.k_prime.tolist()
+    assert analysis["stability"]["srcc"] == pytest.approx([None if np.isnan(v) else v for v in curve.srcc])
 
 
 def test_votes_reproduce_the_question_outcomes(exporting, voted, admin_headers):
@@ -103,14 +226,38 @@ def test_every_format_carries_the_same_rows(exporting, voted, admin_headers, tab
     ]
     assert len(by_format["csv"]) == len(reference)
     assert list(by_format["csv"][0]) == list(reference[0])
+    schema = TABLES[table].schema
+    compared = set()
     for csv_row, row in zip(by_format["csv"], reference, strict=True):
         for key, value in row.items():
-            if isinstance(value, bool):
-                assert csv_row[key] == str(value).lower()
-            elif value is None:
-                assert csv_row[key] == ""
-            elif isinstance(value, int | str):
-                assert csv_row[key] == str(value)
+            assert csv_value(csv_row[key], schema.field(key).type) == value or both_nan(csv_row[key], value)
+            compared.add((key, type(value)))
+    assert {key for key, kind in compared if kind is float} == {
+        field.name for field in schema if pa.types.is_floating(field.type)
+    }
+
+
+def csv_value(text: str, kind: pa.DataType):
+    """A CSV field read back as the export's column type (empty = null; float32 widened as Parquet does)."""
+    if text == "":
+        return None
+    if pa.types.is_boolean(kind):
+        return {"true": True, "false": False}[text]
+    if pa.types.is_integer(kind):
+        return int(text)
+    if pa.types.is_float32(kind):
+        return float(np.float32(text))
+    if pa.types.is_floating(kind):
+        return float(text)
+    if pa.types.is_timestamp(kind):
+        return datetime.fromisoformat(text)
+    assert pa.types.is_string(kind), kind
+    return text
+
+
+def both_nan(text: str, value) -> bool:
+    """A float column's NaN, written as nan in CSV."""
+    return isinstance(value, float) and math.isnan(value) and text == "nan"
 
 
 def test_predictions_export_has_every_classifiers_top1(exporting, voted, admin_headers):

@@ -108,21 +108,80 @@ def test_the_leaderboard_of_hand_made_votes_is_what_the_core_computes(
     assert again == board
 
 
-def test_the_csv_leaderboard_has_the_json_numbers(client, voted):
+def csv_rows(client, url: str, **params) -> list[dict]:
+    """A CSV table of the leaderboard as dicts of strings."""
+    response = client.get(url, params={"format": "csv", **params})
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/csv")
+    return list(csv.DictReader(io.StringIO(response.text)))
+
+
+def number(text: str) -> float | None:
+    """A CSV number (empty = null)."""
+    return None if text == "" else float(text)
+
+
+def test_every_number_of_the_json_leaderboard_is_in_a_csv_table(client, voted):
     url = f"/api/v1/competitions/{voted.competition.id}/leaderboard"
     board = client.get(url).json()
-    by_query = client.get(url, params={"format": "csv"})
     by_accept = client.get(url, headers={"Accept": "text/csv"})
-    assert by_query.headers["content-type"].startswith("text/csv")
-    assert by_query.text == by_accept.text
-    rows = list(csv.DictReader(io.StringIO(by_query.text)))
-    assert [int(row["classifier_id"]) for row in rows] == [
-        row["classifier_id"] for row in board["classifiers"]
-    ]
+    assert by_accept.text == client.get(url, params={"format": "csv", "table": "classifiers"}).text
+    assert "leaderboard-classifiers.csv" in by_accept.headers["content-disposition"]
+
+    rows = csv_rows(client, url)
+    assert [int(row["classifier_id"]) for row in rows] == [s["classifier_id"] for s in board["classifiers"]]
     for row, standing in zip(rows, board["classifiers"], strict=True):
-        assert float(row["mad_score"]) == pytest.approx(standing["mad_score"])
-        assert int(row["rank_high"]) == standing["rank_high"]
-        assert row["delta_rank"] == ("" if standing["delta_rank"] is None else str(standing["delta_rank"]))
+        assert set(row) == set(standing)
+        for key, value in standing.items():
+            if isinstance(value, bool):
+                assert row[key] == str(value)
+            elif isinstance(value, int | float) or value is None:
+                assert number(row[key]) == value
+            else:
+                assert row[key] == value
+
+    ids = board["matrices"]["classifier_ids"]
+    pairs = csv_rows(client, url, table="pairs")
+    assert [(int(row["classifier_i_id"]), int(row["classifier_j_id"])) for row in pairs] == [
+        (i, j) for i in ids for j in ids
+    ]
+    m = len(ids)
+    for key, matrix in (("a_ij", "accuracy"), ("b_ij", "dominance"), ("n_ij", "labelled")):
+        rebuilt = np.array([number(row[key]) for row in pairs]).reshape(m, m)
+        assert rebuilt.tolist() == board["matrices"][matrix]
+    names = {s["classifier_id"]: s["name"] for s in board["classifiers"]}
+    assert all(row["classifier_i"] == names[int(row["classifier_i_id"])] for row in pairs)
+
+    (summary,) = csv_rows(client, url, table="summary")
+    shares, bootstrap = board["case_shares"], board["bootstrap"]
+    expected = {
+        "competition_id": board["competition_id"],
+        "smoothing": board["smoothing"],
+        "classifiers": m,
+        "lambda_max": board["lambda_max"],
+        "consistency_index": board["consistency_index"],
+        "srcc": board["srcc"],
+        "krcc": board["krcc"],
+        "correlated_classifiers": board["correlated_classifiers"],
+        "case_i": shares["case_i"],
+        "case_ii": shares["case_ii"],
+        "case_iii": shares["case_iii"],
+        "labelled_pair_images": shares["images"],
+        "bootstrap_resamples": bootstrap["n_resamples"],
+        "bootstrap_level": bootstrap["level"],
+        "bootstrap_seed": bootstrap["seed"],
+    }
+    assert {key: number(summary[key]) for key in expected} == expected
+    assert summary["competition_name"] == board["competition_name"]
+    assert set(summary) == {*expected, "competition_name"}
+
+    refused = client.get(url, params={"table": "pairs"})
+    assert refused.status_code == 422 and "format=csv" in refused.json()["detail"]
+    assert client.get(url, params={"format": "csv", "table": "nope"}).status_code == 422
+    parameters = client.get("/openapi.json").json()["paths"][
+        "/api/v1/competitions/{competition_id}/leaderboard"
+    ]
+    (table,) = [p for p in parameters["get"]["parameters"] if p["name"] == "table"]
+    assert "pairs" in str(table["schema"]) and "long form" in table["description"]
 
 
 def test_an_empty_competition_and_a_lone_classifier_have_a_leaderboard(
