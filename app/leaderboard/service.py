@@ -5,12 +5,14 @@ selections, in registration order (Classifier.id), which is the row order of A, 
 retired or failed classifier are ignored; failed and not-yet-ready classifiers are listed as unranked.
 The labels of a pair are its selected images whose two questions are decided (labelling's
 `pair_outcomes`); α is the competition's smoothing. The bootstrap is seeded, so the same votes always
-give the same numbers.
+give the same numbers, and the rankings of the latest counts are remembered per process (the 1000
+resamples are most of a request's time; every admin poll and classifier page asks for them).
 """
 
 import math
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 
 import numpy as np
 from sqlalchemy import and_, case, exists, select
@@ -30,6 +32,9 @@ from app.core.analysis import (
     x_perplexity,
 )
 from app.core.ranking import (
+    BootstrapIntervals,
+    PairCounts,
+    Ranking,
     bootstrap_perron,
     count_outcomes,
     dominance_matrix,
@@ -78,6 +83,7 @@ WORST_SHOWN = 10
 MIN_CLASS_SUPPORT = 3
 MIN_SUPERCLASS_SUPPORT = 10
 PERPLEXING_SHOWN = 12
+RANKINGS_REMEMBERED = 64
 UNRANKABLE = (ClassifierStatus.failed, ClassifierStatus.retired)
 
 IndexOutcomes = dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]
@@ -168,10 +174,7 @@ def compute_leaderboard(*, db_session: Session, competition: Competition) -> Lea
             correlated_classifiers=0,
             matrices=MatricesRead(classifier_ids=[], accuracy=[], dominance=[], labelled=[]),
         )
-    ranking = rank_classifiers(counts, alpha)
-    intervals = bootstrap_perron(
-        counts, alpha, n_resamples=BOOTSTRAP_RESAMPLES, level=BOOTSTRAP_LEVEL, seed=BOOTSTRAP_SEED
-    )
+    ranking, intervals = rank_with_intervals(counts, alpha)
     comparison = _accuracy_comparison(classifiers, ranking.perron.scores)
     mad_ranks = ranking.ranks
     hodge_ranks = ranks_from_scores(ranking.hodge)
@@ -225,6 +228,26 @@ def compute_leaderboard(*, db_session: Session, competition: Competition) -> Lea
             labelled=counts.n.tolist(),
         ),
     )
+
+
+def rank_with_intervals(counts: PairCounts, alpha: float) -> tuple[Ranking, BootstrapIntervals]:
+    """rank_classifiers and the seeded bootstrap_perron of the counts, remembered per process. Both are
+    pure functions of (counts, α), so the cache is keyed on the counts themselves and is never stale."""
+    return _remembered_ranking(
+        alpha, counts.m, counts.n.tobytes(), counts.correct.tobytes(), counts.wins.tobytes()
+    )
+
+
+@lru_cache(maxsize=RANKINGS_REMEMBERED)
+def _remembered_ranking(
+    alpha: float, m: int, n: bytes, correct: bytes, wins: bytes
+) -> tuple[Ranking, BootstrapIntervals]:
+    """rank_with_intervals of counts given as the bytes of their m×m int64 arrays."""
+    counts = PairCounts(*(np.frombuffer(array, dtype=np.int64).reshape(m, m) for array in (n, correct, wins)))
+    intervals = bootstrap_perron(
+        counts, alpha, n_resamples=BOOTSTRAP_RESAMPLES, level=BOOTSTRAP_LEVEL, seed=BOOTSTRAP_SEED
+    )
+    return rank_classifiers(counts, alpha), intervals
 
 
 @dataclass(frozen=True)
