@@ -24,7 +24,16 @@ def test_the_leaderboard_page_shows_table_1_the_heatmap_and_the_pairs(client, vo
         assert (
             f"{standing['mad_score']:.3f} [{standing['score_low']:.3f}, {standing['score_high']:.3f}]" in text
         )
-    assert f"{board['lambda_max']:.4f}" in text and "provisional" in text
+    assert f"{board['lambda_max']:.4f}" in text
+    assert any(standing["provisional"] for standing in board["classifiers"])
+    rank_cells = dict(
+        re.findall(r'<tr data-classifier-id="(\d+)"[^>]*>\s*<td class="rank">(.*?)</td>', page.text)
+    )
+    for standing in board["classifiers"]:
+        badge = re.fullmatch(
+            r'\d+ <span class="badge"[^>]*>provisional</span>', rank_cells[str(standing["classifier_id"])]
+        )
+        assert (badge is not None) == standing["provisional"]
     m = len(board["classifiers"])
     heatmap = re.search(r'<svg class="heatmap".*?</svg>', page.text, re.S).group(0)
     cells = re.findall(r'<a href="(/competitions/\d+/pairs/\d+/\d+)"', heatmap)

@@ -6,7 +6,7 @@ from sqlalchemy import select
 
 from app.classifiers.service import read_predictions
 from app.competitions.service import competition_taxonomy
-from app.core.analysis import c_perplexity, ranking_stability, worst_class_precision
+from app.core.analysis import c_perplexity, ranking_stability, worst_class_precision, worst_superclass
 from app.labelling.models import PairImage, PairImageRole, PairSubset, Question
 from app.leaderboard.service import ranked_pairs
 from tests.leaderboard.scenario import annotators, vote
@@ -69,7 +69,10 @@ def own_decided_predictions(db_session, voted, classifier_id):
 
 
 def test_a_classifiers_analysis_agrees_with_the_core(client, db_session, settings, voted):
-    classifier = voted.active[1]
+    # a third vote on every image decides them all: alpha then has 12 labelled "round" predictions, enough
+    # support (10) for its superclasses to be ranked
+    vote(db_session, voted.competition, annotators(db_session, 1, "late"), voted.contains, voted.hashes)
+    classifier = voted.active[0]
     analysis = client.get(f"/api/v1/classifiers/{classifier.id}/analysis").json()
     judged = own_decided_predictions(db_session, voted, classifier.id)
     assert analysis["labelled_predictions"] == len(judged)
@@ -84,6 +87,17 @@ def test_a_classifiers_analysis_agrees_with_the_core(client, db_session, setting
     )
     precisions = [group["precision"] for group in analysis["worst_classes"]]
     assert precisions == sorted(precisions)
+    worst_group = worst_superclass(
+        taxonomy, predicted, correct, min_support=analysis["min_superclass_support"]
+    )
+    assert worst_group is not None and analysis["worst_superclasses"]
+    first = analysis["worst_superclasses"][0]
+    assert (first["key"], first["name"], first["precision"], first["support"]) == (
+        worst_group.key,
+        worst_group.name,
+        pytest.approx(worst_group.precision),
+        worst_group.support,
+    )
     assert {group["key"] for group in analysis["worst_superclasses"]} <= {"round", "straight"}
 
     images = analysis["perplexing_images"]
