@@ -47,7 +47,9 @@ def submit_answers(
     """Store yes/no answers with the seconds each took. A question is decided once a strict majority of the
     panel agrees (3 of 5) and is then asked no more; answers to questions decided meanwhile are listed in
     `already_decided` and not stored. Sending a stored answer again is a no-op; changing one needs undo
-    (409). With `"next": true` the response also carries the next image, leased as by POST …/next."""
+    (409). Only an image given to the caller (by …/next or …/undo, even if the lease has run out since) can
+    be answered, and not one they flagged: 409 otherwise. With `"next": true` the response also carries the
+    next image, leased as by POST …/next."""
     competition = service.get_competition_for_labelling(db_session=db_session, competition_id=competition_id)
     result = service.submit_answers(
         db_session=db_session,
@@ -73,7 +75,9 @@ def flag_image(
     competition_id: int, body: FlagCreate, db_session: SessionDep, user: AnnotatorUser
 ) -> FlagRead:
     """The caller is not asked this image again. When more than 60% of the panel flag it (4 of 5), it is
-    discarded for every pair that selected it and each pair's next reserve image is asked instead."""
+    discarded for every pair that selected it and each pair's next reserve image is asked instead. Only an
+    image given to the caller (by …/next or …/undo) can be flagged, and only while it still has questions
+    for them: 409 otherwise (never given, or decided or discarded meanwhile). Flagging again is a no-op."""
     competition = service.get_competition_for_labelling(db_session=db_session, competition_id=competition_id)
     discarded = service.flag_image(
         db_session=db_session, competition=competition, user=user, item_id=body.item_id
@@ -84,8 +88,9 @@ def flag_image(
 @router.post("/undo", summary="Undo the last answer or flag")
 def undo(competition_id: int, db_session: SessionDep, user: AnnotatorUser) -> UndoRead:
     """Take back the caller's latest answer (or flag) and lease its image again with the undone question
-    first. Up to ten steps back; 404 when there is nothing to undo, 409 past ten or when the panel has
-    already discarded a flagged image."""
+    first. Up to ten steps back; 404 when there is nothing to undo, 409 past ten, when the panel has
+    already discarded a flagged image, or when another of the caller's requests changed their latest answer
+    meanwhile (try again)."""
     competition = service.get_competition_for_labelling(db_session=db_session, competition_id=competition_id)
     result = service.undo_last(db_session=db_session, competition=competition, user=user)
     return UndoRead(
@@ -122,20 +127,22 @@ def annotators(competition_id: int, db_session: SessionDep, _admin: AdminUser) -
     ]
 
 
-@router.post("/gold", status_code=status.HTTP_201_CREATED, summary="Add a gold question (admin)")
-def add_gold(competition_id: int, body: GoldCreate, db_session: SessionDep, _admin: AdminUser) -> GoldRead:
-    """A question with a known answer, mixed into annotators' work at the competition's gold_rate to
-    measure their accuracy; its known answer is also its outcome. Ask both of an image's classes so gold
-    images look like the others."""
+@router.post("/gold", status_code=status.HTTP_201_CREATED, summary="Add gold questions (admin)")
+def add_gold(
+    competition_id: int, body: GoldCreate, db_session: SessionDep, _admin: AdminUser
+) -> list[GoldRead]:
+    """Questions with known answers on one image, mixed into annotators' work at the competition's
+    gold_rate to measure their accuracy; a known answer is also the question's outcome. The image must end
+    up with at least two questions, as every image does (422 otherwise): give two classes, or one on an
+    image a pair already asks about."""
     competition = get_competition(db_session=db_session, competition_id=competition_id)
-    question = service.add_gold_question(
+    questions = service.add_gold_questions(
         db_session=db_session,
         competition=competition,
         image_sha256=body.image_sha256,
-        class_index=body.class_index,
-        answer=body.answer,
+        answers=[(gold.class_index, gold.answer) for gold in body.questions],
     )
-    return _gold_read(question, body.image_sha256, competition.class_names)
+    return [_gold_read(question, body.image_sha256, competition.class_names) for question in questions]
 
 
 @router.get("/gold", summary="List gold questions (admin)")

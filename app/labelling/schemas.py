@@ -149,12 +149,23 @@ class AnnotatorStatsRead(BaseModel):
         return cls(**vars(stats), gold_accuracy=stats.gold_accuracy)
 
 
-class GoldCreate(BaseModel):
-    """A gold question: an image of the competition, a class and the known answer."""
+class GoldAnswerCreate(BaseModel):
+    """A class and the known answer to "does this image contain it?"."""
 
-    image_sha256: str = Field(pattern=SHA256_PATTERN.pattern)
     class_index: int = Field(ge=0, description="The class's index in the competition's label set.")
     answer: bool = Field(description="True: the image contains this class.")
+
+
+class GoldCreate(BaseModel):
+    """Gold questions on one image of the competition: one or two classes with known answers."""
+
+    image_sha256: str = Field(pattern=SHA256_PATTERN.pattern)
+    questions: list[GoldAnswerCreate] = Field(
+        min_length=1,
+        max_length=2,
+        description="Two classes, unless a pair already asks about the image: every image shows at least "
+        "two questions, so a gold image with one would stand out.",
+    )
 
 
 class GoldRead(BaseModel):

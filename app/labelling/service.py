@@ -812,6 +812,10 @@ _IMAGE_QUESTIONS = (
         )
         .scalar_subquery()
         .label("undo_depth"),
+        select(_assignments.c.status)
+        .where(_assignments.c.item_id == bindparam("item_id"), _assignments.c.user_id == bindparam("user_id"))
+        .scalar_subquery()
+        .label("my_status"),
     )
     .select_from(
         _questions.outerjoin(
@@ -824,7 +828,7 @@ _IMAGE_QUESTIONS = (
     )
 )
 """Every question of an image with its counted votes and the annotator's own answer, if any (and how far
-they have undone)."""
+they have undone, and their assignment's status on the item)."""
 _UPDATE_COUNTS = (
     update(_questions)
     .where(_questions.c.id == bindparam("question_id"))
@@ -866,8 +870,11 @@ def submit_answers(
     if len(set(items)) != 1:
         raise InvalidInput("the answers of one submission must be about one image")
     item = items[0]
-    rows = db_session.execute(_IMAGE_QUESTIONS, {**where, "image_id": item.image_id}).all()
-    questions = {row.id: _Votes(*row[:-1]) for row in rows}
+    rows = db_session.execute(
+        _IMAGE_QUESTIONS, {**where, "image_id": item.image_id, "item_id": item.id}
+    ).all()
+    _check_may_answer(rows[0].my_status)
+    questions = {row.id: _Votes(*row[:-2]) for row in rows}
     now = utcnow()
     new_votes, counted, already_decided = [], [], []
     for answer in answers:
@@ -922,6 +929,14 @@ def submit_answers(
     return SubmitResult(recorded=len(new_votes), already_decided=already_decided, item_done=item_done)
 
 
+def _check_may_answer(status: str | None) -> None:
+    """Answers count only on an image handed to the caller (by next or undo) and not flagged by them."""
+    if status is None:
+        raise Conflict("this image was not given to you: take it from POST …/next, then answer it")
+    if status == AssignmentStatus.flagged:
+        raise Conflict("you flagged this image as too difficult: undo the flag to answer it")
+
+
 def _count_vote(question: Question | _Votes, answer: bool, step: int, panel_size: int, now: datetime) -> None:
     """Add (step=+1) or take back (step=-1) a counted vote and re-decide the question by majority."""
     if answer:
@@ -946,28 +961,37 @@ def _step_up(db_session: Session, competition: Competition, user: User) -> None:
 
 def flag_image(*, db_session: Session, competition: Competition, user: User, item_id: int) -> bool:
     """Record that the annotator finds an image too difficult or not a natural photo; when more than 60%
-    of the panel do, discard it for its pairs and promote their reserves. Returns whether it was discarded."""
+    of the panel do, discard it for its pairs and promote their reserves. Returns whether it was discarded.
+
+    Only an image handed to the annotator (by next or undo) that still has questions for them can be
+    flagged; flagging it again is a no-op.
+    """
     image_id = db_session.scalar(
         select(LabelItem.image_id).where(LabelItem.id == item_id, LabelItem.competition_id == competition.id)
     )
     if image_id is None:
         raise NotFound(f"no item {item_id} in this competition")
     item = _lock_item(db_session, competition, image_id)
-    now = utcnow()
-    already = db_session.scalar(
-        select(DifficultyFlag.id).where(
-            DifficultyFlag.competition_id == competition.id,
-            DifficultyFlag.image_id == image_id,
-            DifficultyFlag.user_id == user.id,
-        )
+    status = db_session.scalar(
+        select(Assignment.status).where(Assignment.item_id == item.id, Assignment.user_id == user.id)
     )
-    if already is None:
-        db_session.add(
-            DifficultyFlag(competition_id=competition.id, image_id=image_id, user_id=user.id, created_at=now)
+    if status == AssignmentStatus.flagged:
+        return item.discarded
+    if status is None:
+        raise Conflict("this image was not given to you: take it from POST …/next, then flag it")
+    now = utcnow()
+    if not _has_pending(db_session, competition, item, user, now):
+        raise Conflict(
+            "the panel has discarded this image meanwhile"
+            if item.discarded
+            else "every question on this image was decided meanwhile, so there is nothing to flag"
         )
-        if not user.votes_excluded:
-            item.flags += 1
-        _step_up(db_session, competition, user)
+    db_session.add(
+        DifficultyFlag(competition_id=competition.id, image_id=image_id, user_id=user.id, created_at=now)
+    )
+    if not user.votes_excluded:
+        item.flags += 1
+    _step_up(db_session, competition, user)
     _set_assignment(db_session, item.id, user.id, AssignmentStatus.flagged, now, keep_flagged=False)
     if not item.discarded and rules.too_difficult(item.flags, competition.panel_size):
         _discard_image(db_session, competition, item)
@@ -975,51 +999,58 @@ def flag_image(*, db_session: Session, competition: Competition, user: User, ite
     return item.discarded
 
 
+def _has_pending(
+    db_session: Session, competition: Competition, item: LabelItem, user: User, now: datetime
+) -> bool:
+    """Whether the image still has questions for the annotator (gold ones, or open ones unless discarded)."""
+    pending = db_session.execute(
+        _PENDING,
+        {
+            "competition_id": competition.id,
+            "image_id": item.image_id,
+            "item_id": item.id,
+            "user_id": user.id,
+            "now": now,
+            "open_questions_askable": not item.discarded,
+        },
+    ).first()
+    return pending is not None
+
+
 def undo_last(*, db_session: Session, competition: Competition, user: User) -> UndoResult:
     """Take back the annotator's latest answer or flag and lease its image again, that question first.
 
-    Only the ten most recent stay editable: undo stops ten steps below the highest point reached.
+    Only the ten most recent stay editable: undo stops ten steps below the highest point reached. Locks
+    as submit and flag do (the image's item, then the annotator's undo row), so they never deadlock; if the
+    annotator's latest step changed before the locks were held, nothing is undone (409, try again).
     """
-    depth = db_session.get(UndoDepth, (competition.id, user.id), with_for_update=True)
-    if depth is not None and depth.depth >= rules.UNDO_LIMIT:
-        raise Conflict(f"only the last {rules.UNDO_LIMIT} answers can be undone")
-    vote = db_session.execute(
-        select(Vote, Question.image_id)
-        .join(Question, Question.id == Vote.question_id)
-        .where(Vote.user_id == user.id, Question.competition_id == competition.id)
-        .order_by(Vote.created_at.desc(), Vote.id.desc())
-        .limit(1)
-    ).first()
-    flag = db_session.scalar(
-        select(DifficultyFlag)
-        .where(DifficultyFlag.competition_id == competition.id, DifficultyFlag.user_id == user.id)
-        .order_by(DifficultyFlag.created_at.desc(), DifficultyFlag.id.desc())
-        .limit(1)
-    )
-    if vote is None and flag is None:
+    latest = _latest_step(db_session, competition, user)
+    if latest is None:
         raise NotFound("there is nothing to undo")
+    step, image_id = latest
+    item = _lock_item(db_session, competition, image_id)
+    depth = _lock_undo_depth(db_session, competition, user)
+    if depth.depth >= rules.UNDO_LIMIT:
+        raise Conflict(f"only the last {rules.UNDO_LIMIT} answers can be undone")
+    if _latest_step(db_session, competition, user) != latest:
+        raise Conflict("your answers changed while undoing (another request?); try again")
     now = utcnow()
-    if flag is not None and (vote is None or flag.created_at > vote[0].created_at):
-        item = _lock_item(db_session, competition, flag.image_id)
+    if isinstance(step, DifficultyFlag):
         if item.discarded:
             raise Conflict("the panel has already discarded this image, so the flag stays")
-        db_session.delete(flag)
+        db_session.delete(step)
         if not user.votes_excluded:
             item.flags -= 1
         undone, first_question_id = "flag", None
     else:
-        item = _lock_item(db_session, competition, vote[1])
-        question = db_session.get_one(Question, vote[0].question_id, populate_existing=True)
+        question = db_session.get_one(Question, step.question_id, populate_existing=True)
         if question.gold_answer is None and not user.votes_excluded:
-            _count_vote(question, vote[0].answer, -1, competition.panel_size, now)
-        db_session.delete(vote[0])
+            _count_vote(question, step.answer, -1, competition.panel_size, now)
+        db_session.delete(step)
         db_session.flush()
         _refresh_needed(db_session, competition, [item])
         undone, first_question_id = "answer", question.id
     _set_assignment(db_session, item.id, user.id, AssignmentStatus.leased, now, keep_flagged=False)
-    if depth is None:
-        depth = UndoDepth(competition_id=competition.id, user_id=user.id, depth=0)
-        db_session.add(depth)
     depth.depth += 1
     db_session.flush()
     presented = _present(
@@ -1035,11 +1066,64 @@ def undo_last(*, db_session: Session, competition: Competition, user: User) -> U
     return UndoResult(undone, first_question_id, presented)
 
 
+def _latest_step(
+    db_session: Session, competition: Competition, user: User
+) -> tuple[Vote | DifficultyFlag, int] | None:
+    """The annotator's latest answer or flag in the competition with its image id; None if neither."""
+    vote = db_session.execute(
+        select(Vote, Question.image_id)
+        .join(Question, Question.id == Vote.question_id)
+        .where(Vote.user_id == user.id, Question.competition_id == competition.id)
+        .order_by(Vote.created_at.desc(), Vote.id.desc())
+        .limit(1)
+    ).first()
+    flag = db_session.scalar(
+        select(DifficultyFlag)
+        .where(DifficultyFlag.competition_id == competition.id, DifficultyFlag.user_id == user.id)
+        .order_by(DifficultyFlag.created_at.desc(), DifficultyFlag.id.desc())
+        .limit(1)
+    )
+    if flag is not None and (vote is None or flag.created_at > vote[0].created_at):
+        return flag, flag.image_id
+    return None if vote is None else (vote[0], vote[1])
+
+
+def _lock_undo_depth(db_session: Session, competition: Competition, user: User) -> UndoDepth:
+    """The annotator's undo row in the competition, created if missing (safe against a concurrent first
+    undo) and locked."""
+    db_session.execute(
+        _insert(db_session, UndoDepth)
+        .values(competition_id=competition.id, user_id=user.id, depth=0)
+        .on_conflict_do_nothing()
+    )
+    return db_session.get_one(
+        UndoDepth, (competition.id, user.id), with_for_update=True, populate_existing=True
+    )
+
+
 # Admin: exclusion, gold questions, annotator statistics ------------------------------------------------
 
 
+def release_leases(*, db_session: Session, user: User) -> None:
+    """End the annotator's running leases now, so that others take those images (when they are paused)."""
+    now = utcnow()
+    db_session.execute(
+        update(Assignment)
+        .where(
+            Assignment.user_id == user.id,
+            Assignment.status == AssignmentStatus.leased,
+            Assignment.expires_at > now,
+        )
+        .values(expires_at=now)
+    )
+
+
 def set_votes_excluded(*, db_session: Session, user: User, votes_excluded: bool) -> None:
-    """Exclude (or count again) every vote and flag of an annotator; re-decide the questions they touched."""
+    """Exclude (or count again) every vote and flag of an annotator; re-decide the questions they touched.
+
+    A discard stands: an image that the excluded flags helped discard stays discarded, because its pairs
+    have already moved on to their reserve images.
+    """
     if user.votes_excluded == votes_excluded:
         return
     user.votes_excluded = votes_excluded
@@ -1114,12 +1198,24 @@ def _recount(db_session: Session, competition: Competition, image_ids: list[int]
     db_session.flush()
 
 
-def add_gold_question(
-    *, db_session: Session, competition: Competition, image_sha256: str, class_index: int, answer: bool
-) -> Question:
-    """Make (image, class) a gold question with a known answer, which is also its outcome."""
-    if not 0 <= class_index < len(competition.class_keys):
-        raise InvalidInput(f"class_index must be between 0 and {len(competition.class_keys) - 1}")
+def add_gold_questions(
+    *,
+    db_session: Session,
+    competition: Competition,
+    image_sha256: str,
+    answers: Sequence[tuple[int, bool]],
+) -> list[Question]:
+    """Make (image, class) gold questions with known answers, which are also their outcomes.
+
+    A gold image must show at least two questions, as every image does (one pair asks two classes), or
+    annotators could tell it apart: give two classes, or one on an image a pair already asks about.
+    """
+    classes = [class_index for class_index, _ in answers]
+    for class_index in classes:
+        if not 0 <= class_index < len(competition.class_keys):
+            raise InvalidInput(f"class_index must be between 0 and {len(competition.class_keys) - 1}")
+    if len(set(classes)) != len(classes):
+        raise InvalidInput("each class may be given once")
     image_id = db_session.scalar(
         select(Image.id)
         .join(CompetitionImage, CompetitionImage.image_id == Image.id)
@@ -1127,22 +1223,37 @@ def add_gold_question(
     )
     if image_id is None:
         raise NotFound(f"no image {image_sha256} in this competition")
-    _ask(db_session, competition, {image_id: (GOLD_SPREAD, (class_index,))})
-    item = _lock_item(db_session, competition, image_id)
-    question = db_session.scalars(
-        select(Question)
-        .where(
-            Question.competition_id == competition.id,
-            Question.image_id == image_id,
-            Question.class_index == class_index,
+    asked = set(
+        db_session.scalars(
+            select(Question.class_index).where(
+                Question.competition_id == competition.id, Question.image_id == image_id
+            )
         )
-        .execution_options(populate_existing=True)
-    ).one()
-    question.gold_answer = answer
-    question.outcome = answer
-    question.decided_at = utcnow()
+    )
+    if len(asked | set(classes)) < 2:
+        raise InvalidInput(
+            "a gold image needs two questions like every other image, or annotators can tell it apart: give "
+            "two classes (one the image clearly lacks is fine), or pick an image a pair already asks about"
+        )
+    _ask(db_session, competition, {image_id: (GOLD_SPREAD, classes)})
+    item = _lock_item(db_session, competition, image_id)
+    questions = []
+    for class_index, answer in answers:
+        question = db_session.scalars(
+            select(Question)
+            .where(
+                Question.competition_id == competition.id,
+                Question.image_id == image_id,
+                Question.class_index == class_index,
+            )
+            .execution_options(populate_existing=True)
+        ).one()
+        question.gold_answer = answer
+        question.outcome = answer
+        question.decided_at = utcnow()
+        questions.append(question)
     _refresh_needed(db_session, competition, [item])
-    return question
+    return questions
 
 
 def gold_questions(*, db_session: Session, competition: Competition) -> list[tuple[Question, str]]:

@@ -34,8 +34,10 @@ def create_user(body: UserCreate, db_session: SessionDep, _admin: AdminUser) -> 
 
 @router.patch("/users/{user_id}", summary="Pause, resume or exclude an account's votes (admin)")
 def update_user(user_id: int, body: UserUpdate, db_session: SessionDep, _admin: AdminUser) -> UserRead:
-    """Set is_active (a paused account cannot sign in or label) and votes_excluded (its votes and flags stop
-    counting, or count again, and the questions it answered are decided afresh)."""
+    """Set is_active (a paused account cannot sign in or label; its running labelling leases end at once)
+    and votes_excluded (its votes and flags stop counting, or count again, and the questions it answered are
+    decided afresh; an image its flags helped discard stays discarded, its pairs having moved on to reserve
+    images)."""
     user = service.get_user(db_session=db_session, user_id=user_id)
     if body.is_active is not None:
         service.set_active(db_session=db_session, user=user, is_active=body.is_active)

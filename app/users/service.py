@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from app.db import utcnow
 from app.errors import Conflict, InvalidInput, NotFound
+from app.labelling.service import release_leases
 from app.security import hash_api_token, hash_password, new_api_token, verify_password
 from app.users.models import ApiToken, Role, User
 
@@ -103,7 +104,10 @@ def local_worker_token(*, db_session: Session) -> str:
 
 
 def set_active(*, db_session: Session, user: User, is_active: bool) -> User:
-    """Pause (False) or resume (True) an account; a paused account cannot sign in or use its tokens."""
+    """Pause (False) or resume (True) an account; a paused account cannot sign in or use its tokens, and
+    its labelling leases end at once so that others take those images."""
     user.is_active = is_active
+    if not is_active:
+        release_leases(db_session=db_session, user=user)
     db_session.flush()
     return user

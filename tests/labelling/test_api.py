@@ -7,10 +7,10 @@ import pytest
 from sqlalchemy import select
 
 from app.images.models import Image
-from app.labelling.models import Question, Vote
+from app.labelling.models import DifficultyFlag, LabelItem, Question, Vote
 from app.users.models import Role
 from tests.conftest import TEST_PASSWORD, bearer, make_user
-from tests.labelling.factories import labelling_competition
+from tests.labelling.factories import add_images, labelling_competition
 
 
 @pytest.fixture
@@ -97,17 +97,21 @@ def test_errors_are_typed(client, db_session, labelling, annotator_headers):
     )
     assert mixed.status_code == 422 and mixed.json()["code"] == "invalid"
 
-    client.post(
+    given = client.post(f"{labelling}/next", headers=annotator_headers).json()["item"]
+    question_id = given["questions"][0]["question_id"]
+    stored = client.post(
         f"{labelling}/answers",
-        json={"answers": [{"question_id": first.id, "answer": True}]},
+        json={"answers": [{"question_id": question_id, "answer": True}]},
         headers=annotator_headers,
     )
+    assert stored.status_code == 200 and stored.json()["recorded"] == 1
     changed = client.post(
         f"{labelling}/answers",
-        json={"answers": [{"question_id": first.id, "answer": False}]},
+        json={"answers": [{"question_id": question_id, "answer": False}]},
         headers=annotator_headers,
     )
     assert changed.status_code == 409 and changed.json()["code"] == "conflict"
+    assert "undo" in changed.json()["detail"]
 
     missing_item = client.post(f"{labelling}/flags", json={"item_id": 999999}, headers=annotator_headers)
     assert missing_item.status_code == 404
@@ -128,44 +132,116 @@ def test_admins_may_label_too(client, labelling, admin_headers):
 def test_admins_add_gold_and_see_each_annotators_accuracy(
     client, db_session, competition, labelling, admin_headers, annotator_headers, annotator
 ):
-    image = db_session.scalars(select(Image).order_by(Image.id)).first()
+    competition.gold_rate = 0.5
+    (image_id,) = add_images(db_session, competition, 1, seed=77)  # an image no pair asks about
+    db_session.commit()
+    sha256 = db_session.get(Image, image_id).sha256
+    two_classes = [{"class_index": 3, "answer": True}, {"class_index": 4, "answer": False}]
     created = client.post(
-        f"{labelling}/gold",
-        json={"image_sha256": image.sha256, "class_index": 3, "answer": True},
-        headers=admin_headers,
+        f"{labelling}/gold", json={"image_sha256": sha256, "questions": two_classes}, headers=admin_headers
     )
     assert created.status_code == 201
     gold = created.json()
-    assert gold["class_name"] == competition.class_names[3] and gold["answer"] is True
-    assert client.get(f"{labelling}/gold", headers=admin_headers).json() == [gold]
+    assert [(g["class_name"], g["answer"]) for g in gold] == [
+        (competition.class_names[3], True),
+        (competition.class_names[4], False),
+    ]
+    assert client.get(f"{labelling}/gold", headers=admin_headers).json() == gold
     assert client.get(f"{labelling}/gold", headers=annotator_headers).status_code == 403
 
-    answer = [{"question_id": gold["question_id"], "answer": True, "seconds": 2.0}]
-    assert (
-        client.post(f"{labelling}/answers", json={"answers": answer}, headers=annotator_headers).status_code
-        == 200
-    )
+    item = client.post(f"{labelling}/next", headers=annotator_headers).json()["item"]  # gold is due first
+    assert sorted(q["question_id"] for q in item["questions"]) == sorted(g["question_id"] for g in gold)
+    answers = [{"question_id": q["question_id"], "answer": True, "seconds": 2.0} for q in item["questions"]]
+    submitted = client.post(f"{labelling}/answers", json={"answers": answers}, headers=annotator_headers)
+    assert submitted.status_code == 200
     (row,) = client.get(f"{labelling}/annotators", headers=admin_headers).json()
     assert row["username"] == annotator.username
     assert (row["gold_answered"], row["gold_correct"], row["gold_accuracy"], row["mean_seconds"]) == (
+        2,
         1,
-        1,
-        1.0,
+        0.5,
         2.0,
     )
 
     bad_class = client.post(
         f"{labelling}/gold",
-        json={"image_sha256": image.sha256, "class_index": 5000, "answer": True},
+        json={"image_sha256": sha256, "questions": [{"class_index": 5000, "answer": True}]},
         headers=admin_headers,
     )
     assert bad_class.status_code == 422
     unknown_image = client.post(
         f"{labelling}/gold",
-        json={"image_sha256": "0" * 64, "class_index": 1, "answer": True},
+        json={"image_sha256": "0" * 64, "questions": two_classes},
         headers=admin_headers,
     )
     assert unknown_image.status_code == 404
+
+
+def test_a_gold_image_with_a_single_question_is_refused(
+    client, db_session, competition, labelling, admin_headers
+):
+    (image_id,) = add_images(db_session, competition, 1, seed=78)  # an image no pair asks about
+    db_session.commit()
+    sha256 = db_session.get(Image, image_id).sha256
+    one_class = client.post(
+        f"{labelling}/gold",
+        json={"image_sha256": sha256, "questions": [{"class_index": 3, "answer": True}]},
+        headers=admin_headers,
+    )
+    assert one_class.status_code == 422 and "two questions" in one_class.json()["detail"]
+    twice = client.post(
+        f"{labelling}/gold",
+        json={
+            "image_sha256": sha256,
+            "questions": [{"class_index": 3, "answer": True}, {"class_index": 3, "answer": True}],
+        },
+        headers=admin_headers,
+    )
+    assert twice.status_code == 422
+    assert db_session.scalars(select(Question).where(Question.image_id == image_id)).all() == []
+
+    asked = db_session.scalars(select(Question).order_by(Question.id)).first()  # a pair asks about it
+    on_asked_image = client.post(
+        f"{labelling}/gold",
+        json={
+            "image_sha256": db_session.get(Image, asked.image_id).sha256,
+            "questions": [{"class_index": 900, "answer": False}],
+        },
+        headers=admin_headers,
+    )
+    assert on_asked_image.status_code == 201
+
+
+def test_only_an_image_given_to_the_caller_can_be_answered_or_flagged(
+    client, db_session, labelling, annotator_headers
+):
+    item = client.post(f"{labelling}/next", headers=annotator_headers).json()["item"]
+    other = db_session.scalars(
+        select(LabelItem).where(LabelItem.id != item["item_id"]).order_by(LabelItem.id)
+    ).first()
+    other_question = db_session.scalars(select(Question).where(Question.image_id == other.image_id)).first()
+    not_given = client.post(
+        f"{labelling}/answers",
+        json={"answers": [{"question_id": other_question.id, "answer": True}]},
+        headers=annotator_headers,
+    )
+    assert not_given.status_code == 409 and "not given to you" in not_given.json()["detail"]
+    flag_not_given = client.post(f"{labelling}/flags", json={"item_id": other.id}, headers=annotator_headers)
+    assert flag_not_given.status_code == 409
+
+    flagged = client.post(f"{labelling}/flags", json={"item_id": item["item_id"]}, headers=annotator_headers)
+    assert flagged.status_code == 200
+    again = client.post(f"{labelling}/flags", json={"item_id": item["item_id"]}, headers=annotator_headers)
+    assert again.status_code == 200 and again.json() == {"discarded": False}
+    answers = [{"question_id": q["question_id"], "answer": True} for q in item["questions"]]
+    after_flag = client.post(f"{labelling}/answers", json={"answers": answers}, headers=annotator_headers)
+    assert after_flag.status_code == 409 and "undo the flag" in after_flag.json()["detail"]
+
+    assert db_session.scalars(select(Vote)).all() == []
+    assert [f.image_id for f in db_session.scalars(select(DifficultyFlag))] == [
+        db_session.get(LabelItem, item["item_id"]).image_id
+    ]
+    assert db_session.get(LabelItem, other.id).flags == 0
 
 
 def test_every_labelling_route_is_documented(app):

@@ -17,6 +17,7 @@ from app.labelling.models import (
     Question,
     Vote,
 )
+from app.users import service as users_service
 from app.users.models import Role
 from tests.conftest import make_user
 from tests.labelling.factories import answer_next, labelling_competition
@@ -103,6 +104,28 @@ def test_no_more_leases_on_an_image_than_votes_it_still_needs(db_session, compet
         take(db_session, competition, users[3]).item_id == items[0].item_id
     )  # the expired lease is taken over
     assert take(db_session, competition, users[4]) is None
+
+
+def test_pausing_an_annotator_ends_their_leases_at_once(db_session, competition):
+    competition.k = 1
+    labelling_competition(db_session, competition, classifiers=2, images_per_pair=1)
+    users = annotators(db_session, 4)
+    held = [take(db_session, competition, user) for user in users[:3]]  # three votes needed: three leases
+    assert take(db_session, competition, users[3]) is None
+    users_service.set_active(db_session=db_session, user=users[0], is_active=False)
+    db_session.commit()
+    assert take(db_session, competition, users[3]).item_id == held[0].item_id
+    statuses = db_session.execute(
+        select(Assignment.user_id, Assignment.status, Assignment.expires_at > utcnow()).order_by(
+            Assignment.user_id
+        )
+    ).all()
+    assert [(status, running) for _, status, running in statuses] == [
+        (AssignmentStatus.leased, False),  # the paused annotator's lease ended
+        (AssignmentStatus.leased, True),
+        (AssignmentStatus.leased, True),
+        (AssignmentStatus.leased, True),
+    ]
 
 
 def test_a_late_answer_after_the_lease_expired_still_counts_while_the_question_is_open(

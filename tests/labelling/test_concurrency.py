@@ -1,9 +1,9 @@
-"""Fifty annotators labelling at once through real HTTP, on Postgres and on SQLite.
+"""Fifty annotators labelling at once through real HTTP, on Postgres and on SQLite; two undos at once.
 
-Each simulated annotator takes images, answers at random, sometimes undoes and answers again, and
-always flags a few chosen images (so discards and reserve promotions happen under load), until
-nothing is left for them. Then the database must hold exactly the answers the server acknowledged,
-every question at most its panel, each decided exactly when a strict majority was reached.
+Each simulated annotator takes images, answers at random, sometimes undoes the answer it just stored and
+answers again, and always flags a few chosen images (so discards and reserve promotions happen under
+load), until nothing is left for them. Then the database must hold exactly the answers the server
+acknowledged, every question at most its panel, each decided exactly when a strict majority was reached.
 """
 
 import random
@@ -15,13 +15,17 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 from sqlalchemy import select
 
+from app.competitions.models import Competition
 from app.competitions.schemas import CompetitionCreate
 from app.competitions.service import create_competition
-from app.labelling import rules
-from app.labelling.models import LabelItem, Question, Vote
+from app.db import create_db_engine, create_sessionmaker
+from app.errors import Conflict
+from app.labelling import rules, service
+from app.labelling.models import LabelItem, Question, UndoDepth, Vote
 from app.users import service as users_service
 from app.users.models import Role, User
-from tests.labelling.factories import labelling_competition
+from tests.conftest import make_user
+from tests.labelling.factories import answer_next, labelling_competition
 
 ANNOTATORS = 50
 BUSY_PAUSE_S = 0.02
@@ -59,6 +63,7 @@ class Annotator:
         self.to_flag = to_flag
         self.stop = stop
         self.recorded: dict[int, bool] = {}
+        self.flags_refused: set[int] = set()
         self.error: str | None = None
 
     def post(self, path: str, body: dict | None = None) -> dict:
@@ -68,8 +73,9 @@ class Annotator:
             raise RuntimeError(f"{path}: {response.status_code} {response.text}")
         return response.json()
 
-    def answer(self, item: dict) -> None:
-        """Answer every question of an item at random; remember what the server stored."""
+    def answer(self, item: dict) -> list[int]:
+        """Answer every question of an item at random; remember what the server stored. The questions
+        whose answers were stored, in the order sent."""
         answers = [
             {"question_id": q["question_id"], "answer": self.random.random() < 0.5, "seconds": 1.0}
             for q in item["questions"]
@@ -78,6 +84,24 @@ class Annotator:
         stored = [a for a in answers if a["question_id"] not in result["already_decided"]]
         assert result["recorded"] == len(stored)
         self.recorded.update({a["question_id"]: a["answer"] for a in stored})
+        return [a["question_id"] for a in stored]
+
+    def flag(self, item_id: int) -> None:
+        """Flag an item; a 409 is right only when the panel discarded it since it was given (remembered)."""
+        response = self.client.post("/flags", json={"item_id": item_id})
+        if response.status_code == 409 and "discarded this image meanwhile" in response.json()["detail"]:
+            self.flags_refused.add(item_id)
+        elif response.status_code != 200:
+            raise RuntimeError(f"/flags: {response.status_code} {response.text}")
+
+    def undo(self, question_id: int) -> None:
+        """Undo the answer just stored (it must be what the server takes back) and answer its image again."""
+        undone = self.post("/undo")
+        if (undone["undone"], undone["question_id"]) != ("answer", question_id):
+            raise AssertionError(f"undo took back {undone}, not the answer to question {question_id}")
+        del self.recorded[question_id]
+        if undone["item"] is not None:
+            self.answer(undone["item"])
 
     def run(self) -> None:
         """Label until nothing is left for this annotator."""
@@ -93,14 +117,11 @@ class Annotator:
                     continue
                 item = following["item"]
                 if item["item_id"] in self.to_flag:
-                    self.post("/flags", {"item_id": item["item_id"]})
+                    self.flag(item["item_id"])
                     continue
-                self.answer(item)
-                if self.random.random() < UNDO_PROBABILITY:
-                    undone = self.post("/undo")
-                    del self.recorded[undone["question_id"]]
-                    if undone["item"] is not None:
-                        self.answer(undone["item"])
+                stored = self.answer(item)
+                if stored and self.random.random() < UNDO_PROBABILITY:
+                    self.undo(stored[-1])  # the last answer sent is the latest stored
             self.error = "never finished"
         except Exception as error:  # noqa: BLE001 - any failure is reported by the test
             self.error = repr(error)
@@ -139,6 +160,8 @@ def test_fifty_annotators_at_once_lose_no_vote_and_overfill_no_question(live_ser
         majority = rules.majority(5)
         discarded = set(db_session.scalars(select(LabelItem.image_id).where(LabelItem.discarded)))
         assert discarded, "the always-flagged images were discarded"
+        refused = {item_id for annotator in crowd for item_id in annotator.flags_refused}
+        assert refused <= set(db_session.scalars(select(LabelItem.id).where(LabelItem.discarded)))
         questions = db_session.scalars(select(Question)).all()
         for question in questions:
             yes = sum(1 for _, q, answer in stored if q == question.id and answer)
@@ -151,3 +174,44 @@ def test_fifty_annotators_at_once_lose_no_vote_and_overfill_no_question(live_ser
             assert max(yes, no) == majority  # decided exactly at the majority, never asked past it
             assert question.outcome == (yes > no)
         assert db_session.scalar(select(LabelItem.id).where(LabelItem.needed > 0)) is None
+
+
+def test_two_undos_at_once_neither_fail_nor_take_back_the_same_answer(fresh_database_url):
+    engine = create_db_engine(fresh_database_url)
+    sessions = create_sessionmaker(engine)
+    with sessions() as db_session:
+        competition = create_competition(db_session=db_session, spec=CompetitionCreate(name="twice", k=4))
+        labelling_competition(db_session, competition, classifiers=2, images_per_pair=4)
+        user = make_user(db_session, "twice", Role.annotator)
+        for _ in range(2):  # four answers on two images, and no undo row yet
+            answer_next(db_session, competition, user)
+        competition_id, user_id = competition.id, user.id
+    both_ready = threading.Barrier(2)
+
+    def undo() -> int | None:
+        """Undo in a session of its own once both are ready; the question undone, or None on a 409."""
+        both_ready.wait()
+        with sessions() as db_session:
+            try:
+                result = service.undo_last(
+                    db_session=db_session,
+                    competition=db_session.get_one(Competition, competition_id),
+                    user=db_session.get_one(User, user_id),
+                )
+            except Conflict:
+                return None
+            db_session.commit()
+            return result.question_id
+
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            undone = [question_id for question_id in pool.map(lambda _: undo(), range(2)) if question_id]
+        assert undone and len(set(undone)) == len(undone)
+        with sessions() as db_session:
+            votes = Counter(db_session.scalars(select(Vote.question_id)))
+            assert sum(votes.values()) == 4 - len(undone) and not set(undone) & set(votes)
+            assert db_session.get_one(UndoDepth, (competition_id, user_id)).depth == len(undone)
+            for question in db_session.scalars(select(Question)):
+                assert question.yes_votes + question.no_votes == votes[question.id]
+    finally:
+        engine.dispose()

@@ -1,10 +1,13 @@
 """Pair subsets: storing selections, shared questions, outcomes per pair, and difficult images replaced."""
 
+from datetime import timedelta
+
 import numpy as np
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
-from app.errors import InvalidInput, NotFound
+from app.db import utcnow
+from app.errors import Conflict, InvalidInput, NotFound
 from app.labelling import service
 from app.labelling.models import Assignment, LabelItem, PairImage, PairSubset, Question
 from app.users.models import Role
@@ -26,6 +29,13 @@ def roles(db_session, subset: PairSubset) -> list[tuple[int, str]]:
 def questions_of(db_session, image_id: int) -> set[int]:
     """Class indexes asked about an image."""
     return set(db_session.scalars(select(Question.class_index).where(Question.image_id == image_id)))
+
+
+def take_and_flag(db_session, competition, user, item_id: int) -> bool:
+    """The annotator is given the item and flags it; whether the image is now discarded."""
+    given = service.next_item(db_session=db_session, competition=competition, user=user).item
+    assert given.item_id == item_id
+    return service.flag_image(db_session=db_session, competition=competition, user=user, item_id=item_id)
 
 
 def test_the_first_k_are_selected_the_rest_reserve_and_only_selected_are_asked(db_session, competition):
@@ -185,10 +195,7 @@ def test_four_of_five_flags_discard_an_image_for_every_pair_and_promote_their_re
     db_session.commit()
     users = [make_user(db_session, f"user-{index}", Role.annotator) for index in range(5)]
     item_id = db_session.scalar(select(LabelItem.id).where(LabelItem.image_id == shared))
-    discarded = [
-        service.flag_image(db_session=db_session, competition=competition, user=user, item_id=item_id)
-        for user in users[:4]
-    ]
+    discarded = [take_and_flag(db_session, competition, user, item_id) for user in users[:4]]
     assert discarded == [False, False, False, True]
     assert roles(db_session, subset_ab) == [(shared, "discarded"), (reserve_ab, "selected")]
     assert roles(db_session, subset_ac) == [(shared, "discarded"), (reserve_ac, "selected")]
@@ -212,8 +219,9 @@ def test_an_image_already_discarded_is_replaced_when_another_pair_selects_it(db_
     )
     item_id = db_session.scalar(select(LabelItem.id).where(LabelItem.image_id == shared))
     for index in range(4):
-        user = make_user(db_session, f"user-{index}", Role.annotator)
-        service.flag_image(db_session=db_session, competition=competition, user=user, item_id=item_id)
+        take_and_flag(
+            db_session, competition, make_user(db_session, f"user-{index}", Role.annotator), item_id
+        )
     later = service.store_pair_subset(
         db_session=db_session,
         competition=competition,
@@ -235,6 +243,35 @@ def test_a_flagger_is_not_asked_the_image_again(db_session, competition):
         is False
     )
     assert service.next_item(db_session=db_session, competition=competition, user=user).status == "finished"
+
+
+def test_a_flag_on_an_image_decided_or_discarded_meanwhile_is_refused(db_session, competition):
+    competition.k = 2
+    (subset,) = labelling_competition(db_session, competition, classifiers=2, images_per_pair=3)
+    first_image = roles(db_session, subset)[0][0]
+    first_item = db_session.scalar(select(LabelItem.id).where(LabelItem.image_id == first_image))
+    late, *voters = [make_user(db_session, f"user-{index}", Role.annotator) for index in range(4)]
+    assert service.next_item(db_session=db_session, competition=competition, user=late).item.item_id == (
+        first_item
+    )
+    db_session.execute(update(Assignment).values(expires_at=utcnow() - timedelta(seconds=1)))
+    for voter in voters:  # the late annotator's lease ran out; three others decide both questions
+        assert answer_next(db_session, competition, voter, True).item_id == first_item
+    with pytest.raises(Conflict, match="decided meanwhile"):
+        service.flag_image(db_session=db_session, competition=competition, user=late, item_id=first_item)
+    db_session.rollback()
+    item = db_session.get(LabelItem, first_item, populate_existing=True)
+    assert (item.flags, item.discarded) == (0, False)
+    assert roles(db_session, subset)[0] == (first_image, "selected")
+
+    second_item = db_session.scalar(select(LabelItem.id).where(LabelItem.image_id != first_image))
+    assert service.next_item(db_session=db_session, competition=competition, user=late).item.item_id == (
+        second_item
+    )
+    flaggers = [make_user(db_session, f"flagger-{index}", Role.annotator) for index in range(4)]
+    assert [take_and_flag(db_session, competition, f, second_item) for f in flaggers][-1] is True
+    with pytest.raises(Conflict, match="discarded this image meanwhile"):
+        service.flag_image(db_session=db_session, competition=competition, user=late, item_id=second_item)
 
 
 def test_a_new_question_on_a_finished_image_is_asked_to_those_who_finished_it(db_session, competition):

@@ -1,12 +1,15 @@
 """Vote logic on both databases: majority with early stop, excluded votes, gold questions."""
 
-import pytest
-from sqlalchemy import func, select
+from datetime import timedelta
 
-from app.errors import Conflict
+import pytest
+from sqlalchemy import func, select, update
+
+from app.db import utcnow
+from app.errors import Conflict, InvalidInput
 from app.images.models import Image
 from app.labelling import service
-from app.labelling.models import LabelItem, Question, Vote
+from app.labelling.models import Assignment, LabelItem, Question, Vote
 from app.users.models import Role
 from tests.conftest import make_user
 from tests.labelling.factories import add_images, answer_next, labelling_competition
@@ -59,6 +62,11 @@ def test_split_votes_go_on_to_the_fifth_annotator_and_never_past_the_panel(db_se
 def test_an_answer_to_a_question_decided_meanwhile_is_not_stored(db_session, competition):
     questions = one_image_competition(db_session, competition)
     users = annotators(db_session, 4)
+    assert service.next_item(db_session=db_session, competition=competition, user=users[3]).item is not None
+    db_session.execute(  # users[3] keeps the image past its lease: the others take its place
+        update(Assignment).values(expires_at=utcnow() - timedelta(seconds=1))
+    )
+    db_session.commit()
     for user in users[:3]:
         answer_next(db_session, competition, user, True)
     late = service.submit_answers(
@@ -130,32 +138,50 @@ def test_gold_questions_are_mixed_in_and_measure_accuracy(db_session, competitio
     competition.gold_rate = 0.5
     (gold_image,) = add_images(db_session, competition, 1, seed=99)  # selected by no pair
     image = db_session.get(Image, gold_image)
-    gold = service.add_gold_question(
-        db_session=db_session, competition=competition, image_sha256=image.sha256, class_index=7, answer=True
+    gold = service.add_gold_questions(
+        db_session=db_session,
+        competition=competition,
+        image_sha256=image.sha256,
+        answers=[(7, True), (8, False)],
     )
     db_session.commit()
     (user,) = annotators(db_session, 1)
 
-    first = answer_next(db_session, competition, user, False)  # gold comes first, and is answered wrongly
-    assert [q.question_id for q in first.questions] == [gold.id]
-    db_session.refresh(gold)
-    assert gold.outcome is True and gold.yes_votes == gold.no_votes == 0
-    second = answer_next(db_session, competition, user, True)  # 1 gold of 1 answer: a regular item now
-    assert gold.id not in [q.question_id for q in second.questions]
+    first = answer_next(db_session, competition, user, False)  # gold comes first: one right, one wrong
+    assert sorted(q.question_id for q in first.questions) == sorted(q.id for q in gold)
+    for question in gold:
+        db_session.refresh(question)
+    assert [q.outcome for q in gold] == [True, False]
+    assert all(q.yes_votes == q.no_votes == 0 for q in gold)
+    second = answer_next(db_session, competition, user, True)  # 2 gold of 2 answers: a regular item now
+    assert not {q.id for q in gold} & {q.question_id for q in second.questions}
     (stats,) = service.annotator_stats(db_session=db_session, competition=competition, user_ids=[user.id])
-    assert (stats.answered_total, stats.gold_answered, stats.gold_correct) == (3, 1, 0)
-    assert stats.gold_accuracy == 0.0
+    assert (stats.answered_total, stats.gold_answered, stats.gold_correct) == (4, 2, 1)
+    assert stats.gold_accuracy == 0.5
+
+
+def test_a_gold_image_must_show_two_questions_like_the_others(db_session, competition):
+    one_image_competition(db_session, competition)
+    (lone,) = add_images(db_session, competition, 1, seed=98)  # selected by no pair
+    with pytest.raises(InvalidInput, match="two questions"):
+        service.add_gold_questions(
+            db_session=db_session,
+            competition=competition,
+            image_sha256=db_session.get(Image, lone).sha256,
+            answers=[(7, True)],
+        )
+    assert db_session.scalars(select(Question).where(Question.image_id == lone)).all() == []
+    assert db_session.scalar(select(LabelItem).where(LabelItem.image_id == lone)) is None
 
 
 def test_a_gold_answer_decides_an_open_question(db_session, competition):
     questions = one_image_competition(db_session, competition)
     image = db_session.get(Image, questions[0].image_id)
-    service.add_gold_question(
+    service.add_gold_questions(
         db_session=db_session,
         competition=competition,
         image_sha256=image.sha256,
-        class_index=questions[0].class_index,
-        answer=False,
+        answers=[(questions[0].class_index, False)],
     )
     db_session.commit()
     assert counts(db_session, questions[0])[2] is False
