@@ -23,7 +23,8 @@
   let item = null; // the leased item: {item_id, image_url, width, height, questions: [...]}
   let index = 0; // the question being asked
   let answers = []; // answers to this item not yet sent
-  let shownAt = 0; // when the current question appeared
+  let imageLoaded = false; // the current image is on screen: answers wait for it
+  let shownAt = 0; // when the current question appeared on a loaded image
   let working = false; // a request is in flight: keys wait for it
   let answeredToday = 0;
   let sinceStats = 0; // images sent since the progress was last read
@@ -40,7 +41,11 @@
       throw new Error("Your session has ended: sign in again.");
     }
     const data = await response.json().catch(() => ({}));
-    if (!response.ok) throw new Error(data.detail || `The server answered ${response.status}.`);
+    if (!response.ok) {
+      const error = new Error(data.detail || `The server answered ${response.status}.`);
+      error.status = response.status;
+      throw error;
+    }
     return data;
   }
 
@@ -57,24 +62,42 @@
     index = 0;
     answers = [];
     setZoom(false);
+    imageLoaded = false;
+    setEnabled(false);
     image.src = item.image_url;
     image.width = item.width;
     image.height = item.height;
     figure.hidden = false;
     showQuestion();
+    if (image.complete && image.naturalWidth > 0) onImageLoaded(); // already loaded (the same image again)
   }
 
+  // Answers wait for the image, and each question's time counts from when it can be seen.
   function showQuestion() {
     const current = item.questions[index];
     $("question-count").textContent = `Question ${index + 1} of ${item.questions.length}`;
     question.textContent = current.text;
     image.alt = `The image to judge: ${current.text}`;
     shownAt = performance.now();
+    if (imageLoaded) setEnabled(true);
+  }
+
+  function onImageLoaded() {
+    if (imageLoaded || !item) return;
+    imageLoaded = true;
+    shownAt = performance.now();
     setEnabled(true);
+  }
+
+  function onImageFailed() {
+    if (!item) return;
+    say("The image did not load: flag it with D, or reload the page.");
+    flagButton.disabled = false;
   }
 
   function showNothing(reason) {
     item = null;
+    imageLoaded = false;
     answers = [];
     figure.hidden = true;
     image.removeAttribute("src");
@@ -122,7 +145,7 @@
   }
 
   function answer(value) {
-    if (working || !item) return;
+    if (working || !item || !imageLoaded) return;
     const current = item.questions[index];
     answers.push({ question_id: current.question_id, answer: value, seconds: (performance.now() - shownAt) / 1000 });
     if (index + 1 < item.questions.length) {
@@ -154,8 +177,16 @@
     if (working || !item) return;
     run(async () => {
       setEnabled(false);
-      await call("POST", "/flags", { item_id: item.item_id });
-      say("Flagged as too difficult or not a natural photo.");
+      try {
+        await call("POST", "/flags", { item_id: item.item_id });
+        say("Flagged as too difficult or not a natural photo.");
+      } catch (error) {
+        if (error.status !== 409) {
+          setEnabled(imageLoaded);
+          throw error;
+        }
+        say(`Not flagged: ${error.message}. Here is the next image.`); // decided or discarded meanwhile
+      }
       await loadNext();
       await refreshStats();
     });
@@ -172,8 +203,15 @@
     }
     run(async () => {
       const data = await call("POST", "/undo");
-      if (data.item) showItem(data.item);
-      say(data.undone === "flag" ? "Flag undone." : "Last answer undone: answer it again.");
+      const what = data.undone === "flag" ? "Flag undone" : "Last answer undone";
+      if (data.item) {
+        showItem(data.item);
+        say(data.undone === "flag" ? `${what}: answer this image again.` : `${what}: answer it again.`);
+      } else {
+        // Nothing is left to ask there: others decided its questions meanwhile, or the panel discarded it.
+        say(`${what}. That image needs no more answers (decided or discarded meanwhile).`);
+        if (!item) await loadNext();
+      }
       await refreshStats();
     });
   }
@@ -194,6 +232,8 @@
       zoom.scrollTop = y * zoom.scrollHeight - zoom.clientHeight / 2;
     }
   });
+  image.addEventListener("load", onImageLoaded);
+  image.addEventListener("error", onImageFailed);
   yes.addEventListener("click", () => answer(true));
   no.addEventListener("click", () => answer(false));
   flagButton.addEventListener("click", flag);

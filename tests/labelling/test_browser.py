@@ -1,7 +1,9 @@
-"""The labelling page in headless Chromium: sign in, answer by keyboard, undo, flag; then the database."""
+"""The labelling page in headless Chromium: sign in, answer by keyboard, undo, flag; then the database.
+On a phone-sized screen: big touch targets, no sideways scrolling, and a visible keyboard focus."""
 
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 from sqlalchemy import select
@@ -15,7 +17,7 @@ from app.users import service as users_service
 from app.users.models import Role, User
 from tests.conftest import TEST_PASSWORD
 from tests.labelling.factories import labelling_competition
-from tests.support.browser import PAGE_TIMEOUT_S
+from tests.support.browser import PAGE_TIMEOUT_S, sign_in
 
 
 def set_up(live_server) -> int:
@@ -38,11 +40,12 @@ def press(driver, key: str) -> None:
 
 
 def shown_image(driver) -> str:
-    """The hash of the image on screen, once it has loaded."""
+    """The hash of the image on screen, once it has loaded and can be answered."""
     wait = WebDriverWait(driver, PAGE_TIMEOUT_S)
     wait.until(
         lambda d: d.execute_script(
-            "const i = document.getElementById('label-image'); return i.complete && i.naturalWidth > 0"
+            "const i = document.getElementById('label-image');"
+            "return i.complete && i.naturalWidth > 0 && !document.getElementById('answer-yes').disabled"
         )
     )
     return driver.find_element(By.ID, "label-image").get_attribute("src").rsplit("/", 1)[-1]
@@ -118,3 +121,47 @@ def test_label_with_the_keyboard_undo_and_flag(live_server, browser):
             )
         )
         assert status == AssignmentStatus.flagged
+
+
+PHONE = {"width": 375, "height": 667, "deviceScaleFactor": 2, "mobile": True}
+"""An iPhone SE-sized screen, in CSS pixels."""
+MIN_TARGET_PX = 44
+"""The smallest comfortable touch target (WCAG 2.2, success criterion 2.5.5)."""
+CONTROLS = ("answer-yes", "answer-no", "flag", "undo")
+
+
+def test_the_page_fits_a_phone_and_shows_where_the_keyboard_is(live_server, browser):
+    competition_id = set_up(live_server)
+    page = f"/competitions/{competition_id}/label"
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", PHONE)
+    sign_in(browser, live_server.url, "alice", next_path=page)
+    wait_for_text(browser, "question-count", "Question 1 of 2")
+    shown_image(browser)
+
+    viewport = browser.execute_script(
+        "return {width: window.innerWidth, scrollWidth: document.documentElement.scrollWidth}"
+    )
+    assert viewport["width"] == PHONE["width"]
+    assert viewport["scrollWidth"] <= viewport["width"], "the page scrolls sideways on a phone"
+    for control in CONTROLS:
+        element = browser.find_element(By.ID, control)
+        box = browser.execute_script("return arguments[0].getBoundingClientRect().toJSON()", element)
+        assert element.is_displayed(), control
+        assert box["width"] >= MIN_TARGET_PX and box["height"] >= MIN_TARGET_PX, (control, box)
+        assert 0 <= box["left"] and box["right"] <= PHONE["width"], (control, box)
+        if control.startswith("answer-"):  # yes and no are on screen without scrolling
+            assert box["bottom"] <= PHONE["height"], (control, box)
+
+    for _ in range(30):  # Tab through the page to the yes button, as a keyboard user would
+        if browser.switch_to.active_element.get_attribute("id") == "answer-yes":
+            break
+        press(browser, Keys.TAB)
+    focused = browser.switch_to.active_element
+    assert focused.get_attribute("id") == "answer-yes"
+    outline = browser.execute_script(
+        "const style = getComputedStyle(arguments[0]);"
+        "return {visible: arguments[0].matches(':focus-visible'), style: style.outlineStyle,"
+        " width: parseFloat(style.outlineWidth)}",
+        focused,
+    )
+    assert outline["visible"] and outline["style"] != "none" and outline["width"] >= 2, outline
