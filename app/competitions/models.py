@@ -18,7 +18,7 @@ class Competition(Base):
         CheckConstraint("confidence_threshold >= 0 AND confidence_threshold <= 1", name="threshold_unit"),
         CheckConstraint("max_per_label >= 1", name="max_per_label_positive"),
         CheckConstraint("panel_size >= 1 AND panel_size % 2 = 1", name="panel_odd"),
-        CheckConstraint("smoothing >= 0", name="smoothing_nonnegative"),
+        CheckConstraint("smoothing > 0", name="smoothing_positive"),
         CheckConstraint("gold_rate >= 0 AND gold_rate < 1", name="gold_rate_unit"),
     )
 

@@ -98,16 +98,6 @@ class RankedPairs:
     outcomes: IndexOutcomes
 
 
-def smoothing_alpha(competition: Competition) -> float:
-    """The competition's Laplace pseudo-count α; ranking needs α > 0 (every a_ij inside (0, 1))."""
-    if competition.smoothing <= 0:
-        raise Conflict(
-            f"competition {competition.name!r} has smoothing α = 0: a pair where one classifier is never "
-            "right gives b_ij = 0 and no Perron rank; set α > 0"
-        )
-    return competition.smoothing
-
-
 def ranked_pairs(*, db_session: Session, competition: Competition) -> RankedPairs:
     """Who is ranked (module docstring) and the outcomes of the pairs between them, in selection order."""
     by_pair = pair_outcomes(db_session=db_session, competition=competition)
@@ -145,7 +135,7 @@ def _finite_or_none(value: float) -> float | None:
 
 def compute_leaderboard(*, db_session: Session, competition: Competition) -> LeaderboardRead:
     """Perron rank with bootstrap intervals, HodgeRank / Bradley–Terry / win rate, Table 1, A, B and n."""
-    alpha = smoothing_alpha(competition)
+    alpha = competition.smoothing
     pairs = ranked_pairs(db_session=db_session, competition=competition)
     classifiers, m = pairs.classifiers, len(pairs.classifiers)
     counts = count_outcomes(pairs.outcomes, m)
@@ -328,7 +318,7 @@ def ranking_history(*, db_session: Session, competition: Competition) -> History
     undone or excluded are not replayed: this is how today's labels accumulated, not every state the
     leaderboard showed.
     """
-    alpha = smoothing_alpha(competition)
+    alpha = competition.smoothing
     classifiers = ranked_pairs(db_session=db_session, competition=competition).classifiers
     ranked_ids = {classifier.id for classifier in classifiers}
     rows = sorted(
@@ -461,7 +451,7 @@ def classifier_analysis(
     *, db_session: Session, settings: Settings, competition: Competition, classifier: Classifier
 ) -> ClassifierAnalysisRead:
     """Worst classes and superclasses on MAD labels, most perplexing images, and stability versus k."""
-    alpha = smoothing_alpha(competition)
+    alpha = competition.smoothing
     pairs = ranked_pairs(db_session=db_session, competition=competition)
     judged = _own_predictions(db_session, competition, classifier)
     decided = [(label, correct) for _, _, label, _, correct in judged if correct is not None]

@@ -44,7 +44,7 @@ def upgrade() -> None:
         sa.CheckConstraint("k >= 1", name=op.f("ck_competitions_k_positive")),
         sa.CheckConstraint("max_per_label >= 1", name=op.f("ck_competitions_max_per_label_positive")),
         sa.CheckConstraint("panel_size >= 1 AND panel_size % 2 = 1", name=op.f("ck_competitions_panel_odd")),
-        sa.CheckConstraint("smoothing >= 0", name=op.f("ck_competitions_smoothing_nonnegative")),
+        sa.CheckConstraint("smoothing > 0", name=op.f("ck_competitions_smoothing_positive")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_competitions")),
         sa.UniqueConstraint("name", name=op.f("uq_competitions_name")),
     )
