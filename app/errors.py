@@ -5,7 +5,7 @@ from contextlib import contextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DataError, OperationalError
+from sqlalchemy.exc import DataError, IntegrityError, OperationalError
 
 
 class MadError(Exception):
@@ -102,6 +102,14 @@ async def _data_error_response(request: Request, error: DataError) -> JSONRespon
     )
 
 
+async def _integrity_error_response(request: Request, error: IntegrityError) -> JSONResponse:
+    """A constraint broken by a concurrent change (e.g. two requests creating one username at once; each
+    checked first and found it free): 409, as if the request had come second (its session has rolled back)."""
+    reason = " ".join(str(error.orig).splitlines()[:2]) if error.orig is not None else "constraint violated"
+    message = f"the request conflicts with a change made at the same time ({reason}); reload and try again"
+    return await _mad_error_response(request, Conflict(message))
+
+
 async def _database_unavailable_response(request: Request, error: OperationalError) -> JSONResponse:
     """A lost database connection (Postgres restarted, connections terminated) or a database too busy to
     answer: 503, so clients retry; the pool reconnects on the next checkout (pool_pre_ping)."""
@@ -113,8 +121,9 @@ async def _database_unavailable_response(request: Request, error: OperationalErr
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    """Map every MadError subclass to its status code, the database's DataError to InvalidInput and its
-    OperationalError to ServiceUnavailable."""
+    """Map every MadError subclass to its status code, the database's DataError to InvalidInput, its
+    IntegrityError to Conflict and its OperationalError to ServiceUnavailable."""
     app.add_exception_handler(MadError, _mad_error_response)
     app.add_exception_handler(DataError, _data_error_response)
+    app.add_exception_handler(IntegrityError, _integrity_error_response)
     app.add_exception_handler(OperationalError, _database_unavailable_response)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 
 from sqlalchemy import func, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from app.competitions.models import Competition
@@ -38,6 +39,8 @@ class ImportReport:
     duplicates: list[tuple[str, str]] = field(default_factory=list)
     rejected: list[tuple[str, str]] = field(default_factory=list)
     first_name_of_hash: dict[str, str] = field(default_factory=dict, repr=False)
+    unconfirmed: list[tuple[str, str]] = field(default_factory=list, repr=False)
+    """(sha256, format) of the images whose rows this import inserted since the last on_batch."""
 
     @property
     def processed(self) -> int:
@@ -75,75 +78,119 @@ def import_batch(
     executor: Executor,
     report: ImportReport,
 ) -> None:
-    """Import one batch: check and store new files, link known ones, give each new link the next ordinal."""
+    """Import one batch: check new files, then under the competition's lock store them, link the images
+    not yet in the competition and give each new link the next ordinal.
+
+    Concurrent imports of the same files are safe: imports into one competition take turns at its lock,
+    and an image row another import inserted meanwhile is used as is (its files are that import's).
+    """
     candidates = [entry for entry in entries if isinstance(entry, Candidate)]
     report.rejected += [(entry.name, entry.reason) for entry in entries if isinstance(entry, Rejected)]
     hashes = list(executor.map(_sha256, (candidate.data for candidate in candidates)))
-
-    known_images = {
-        image.sha256: image
-        for image in db_session.scalars(select(Image).where(Image.sha256.in_(set(hashes))))
-    }
-    linked_image_ids = set(
-        db_session.scalars(
-            select(CompetitionImage.image_id).where(
-                CompetitionImage.competition_id == competition.id,
-                CompetitionImage.image_id.in_([image.id for image in known_images.values()]),
-            )
-        )
-    )
-    to_link: list[tuple[Candidate, str]] = []
+    image_ids = _image_ids(db_session, set(hashes))
+    firsts: list[tuple[Candidate, str]] = []
     copies: list[tuple[Candidate, str, str]] = []
     for candidate, sha256 in zip(candidates, hashes, strict=True):
         first_name = report.first_name_of_hash.get(sha256)
-        known = known_images.get(sha256)
         if first_name is not None:
             copies.append((candidate, sha256, first_name))
-        elif known is not None and known.id in linked_image_ids:
-            report.duplicates.append((candidate.name, "already in this competition"))
-            report.first_name_of_hash[sha256] = candidate.name
         else:
             report.first_name_of_hash[sha256] = candidate.name
-            to_link.append((candidate, sha256))
+            firsts.append((candidate, sha256))
 
-    new = [(candidate, sha256) for candidate, sha256 in to_link if sha256 not in known_images]
-    checks = executor.map(lambda pair: _check(pair[0].data, limits), new)
-    refused: dict[str, str] = {}
-    for (candidate, sha256), checked in zip(new, checks, strict=True):
-        if isinstance(checked, str):
-            report.rejected.append((candidate.name, checked))
-            refused[sha256] = checked
-            del report.first_name_of_hash[sha256]
-            continue
-        with storage_errors(f"image {candidate.name}"):
-            store.put(sha256, checked.format, candidate.data, checked.thumbnail)
-        image = Image(
-            sha256=sha256,
-            format=checked.format,
-            width=checked.width,
-            height=checked.height,
-            bytes=len(candidate.data),
-            original_name=candidate.name.rsplit("/", 1)[-1][-MAX_NAME_LENGTH:],
-        )
-        db_session.add(image)
-        known_images[sha256] = image
-    db_session.flush()
+    new = [(candidate, sha256) for candidate, sha256 in firsts if sha256 not in image_ids]
+    checks = list(executor.map(lambda pair: _check(pair[0].data, limits), new))
+    next_ordinal = _lock_next_ordinal(db_session=db_session, competition=competition)
+    refused = _add_images(
+        db_session=db_session, store=store, new=new, checks=checks, image_ids=image_ids, report=report
+    )
     for candidate, sha256, first_name in copies:  # a copy of a refused file is refused for the same reason
         if sha256 in refused:
             report.rejected.append((candidate.name, refused[sha256]))
         else:
             report.duplicates.append((candidate.name, f"same content as {first_name}"))
 
-    accepted = [(candidate, sha256) for candidate, sha256 in to_link if sha256 in report.first_name_of_hash]
-    next_ordinal = _lock_next_ordinal(db_session=db_session, competition=competition)
-    for offset, (candidate, sha256) in enumerate(accepted):
-        db_session.add(
-            CompetitionImage(
-                competition_id=competition.id, image_id=known_images[sha256].id, ordinal=next_ordinal + offset
+    accepted = [(candidate, sha256) for candidate, sha256 in firsts if sha256 not in refused]
+    linked = set(
+        db_session.scalars(
+            select(CompetitionImage.image_id).where(
+                CompetitionImage.competition_id == competition.id,
+                CompetitionImage.image_id.in_([image_ids[sha256] for _, sha256 in accepted]),
             )
         )
+    )
+    for candidate, sha256 in accepted:
+        if image_ids[sha256] in linked:
+            report.duplicates.append((candidate.name, "already in this competition"))
+            continue
+        db_session.add(
+            CompetitionImage(competition_id=competition.id, image_id=image_ids[sha256], ordinal=next_ordinal)
+        )
+        next_ordinal += 1
         report.added.append((candidate.name, sha256))
     db_session.flush()
+
+
+def _image_ids(db_session: Session, hashes: set[str]) -> dict[str, int]:
+    """The id of every stored image among these hashes."""
+    return dict(db_session.execute(select(Image.sha256, Image.id).where(Image.sha256.in_(hashes))).all())
+
+
+def _add_images(
+    *,
+    db_session: Session,
+    store: ImageStore,
+    new: list[tuple[Candidate, str]],
+    checks: list[CheckedImage | str],
+    image_ids: dict[str, int],
+    report: ImportReport,
+) -> dict[str, str]:
+    """Insert a row for each good new file and store the files of the rows inserted here (a row another
+    import inserted meanwhile comes with its files); the reason of each refused hash."""
+    refused: dict[str, str] = {}
+    good: dict[str, tuple[Candidate, CheckedImage]] = {}
+    for (candidate, sha256), checked in zip(new, checks, strict=True):
+        if isinstance(checked, str):
+            report.rejected.append((candidate.name, checked))
+            refused[sha256] = checked
+            del report.first_name_of_hash[sha256]
+        else:
+            good[sha256] = (candidate, checked)
+    if not good:
+        return refused
+    rows = [
+        {
+            "sha256": sha256,
+            "format": checked.format,
+            "width": checked.width,
+            "height": checked.height,
+            "bytes": len(candidate.data),
+            "original_name": candidate.name.rsplit("/", 1)[-1][-MAX_NAME_LENGTH:],
+        }
+        for sha256, (candidate, checked) in sorted(good.items())  # one lock order for every import
+    ]
+    inserted = _insert_missing_images(db_session, rows)
+    for sha256, (candidate, checked) in good.items():
+        if sha256 in inserted:
+            report.unconfirmed.append((sha256, checked.format))
+            with storage_errors(f"image {candidate.name}"):
+                store.put(sha256, checked.format, candidate.data, checked.thumbnail)
+    image_ids.update(inserted)
+    image_ids.update(_image_ids(db_session, good.keys() - inserted.keys()))
+    return refused
+
+
+def _insert_missing_images(db_session: Session, rows: list[dict]) -> dict[str, int]:
+    """INSERT ... ON CONFLICT (sha256) DO NOTHING: the hash and id of each row inserted; a hash another
+    transaction holds uncommitted waits for it (Postgres; SQLite has one writer) and is then skipped."""
+    insert = postgresql.insert if db_session.get_bind().dialect.name == "postgresql" else sqlite.insert
+    statement = (
+        insert(Image)
+        .values(rows)
+        .on_conflict_do_nothing(index_elements=[Image.sha256])
+        .returning(Image.sha256, Image.id)
+    )
+    return dict(db_session.execute(statement).all())
 
 
 def _lock_next_ordinal(*, db_session: Session, competition: Competition) -> int:
@@ -165,20 +212,29 @@ def import_entries(
     executor: Executor,
     on_batch: Callable[[ImportReport], None] | None = None,
 ) -> ImportReport:
-    """Import every entry in batches; on_batch runs after each (the CLI commits there and moves its bar)."""
+    """Import every entry in batches; on_batch runs after each and may commit it (the CLI does, and moves
+    its bar). If the import fails, the files of the rows inserted since the last on_batch are removed
+    before the error reaches the caller, whose rollback removes the rows: no file is left without its row.
+    """
     report = ImportReport()
-    for batch in batched(entries, IMPORT_BATCH_SIZE):
-        import_batch(
-            db_session=db_session,
-            store=store,
-            competition=competition,
-            entries=batch,
-            limits=limits,
-            executor=executor,
-            report=report,
-        )
-        if on_batch is not None:
-            on_batch(report)
+    try:
+        for batch in batched(entries, IMPORT_BATCH_SIZE):
+            import_batch(
+                db_session=db_session,
+                store=store,
+                competition=competition,
+                entries=batch,
+                limits=limits,
+                executor=executor,
+                report=report,
+            )
+            if on_batch is not None:
+                on_batch(report)
+                report.unconfirmed.clear()
+    except BaseException:
+        for sha256, image_format in report.unconfirmed:
+            store.remove(sha256, image_format)
+        raise
     return report
 
 

@@ -64,6 +64,11 @@ class ImageStore:
         if not thumbnail_path.exists():
             write_atomically(thumbnail_path, thumbnail)
 
+    def remove(self, sha256: str, image_format: str) -> None:
+        """Delete an image and its thumbnail if present (undoing a put whose database row goes away)."""
+        self.image_path(sha256, image_format).unlink(missing_ok=True)
+        self.thumbnail_path(sha256).unlink(missing_ok=True)
+
     def read(self, sha256: str, image_format: str) -> bytes:
         """The original bytes of a stored image."""
         return self.image_path(sha256, image_format).read_bytes()

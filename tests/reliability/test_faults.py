@@ -7,7 +7,9 @@
   server keeps running for other test runs) three times while annotators submit; the service reconnects
   (pool_pre_ping) and goes on, only requests in flight fail, and no acknowledged vote is lost.
 - A prediction shard (and an image) whose write fails with ENOSPC leaves no file, partial or temporary,
-  answers 503 so the worker retries, and the same upload succeeds once there is room.
+  answers 503 so the worker retries, and the same upload succeeds once there is room. When a later image
+  of an upload fails, the files already written for the earlier ones go too (no file without its row);
+  a CLI import keeps the batches it committed, rows and files.
 - A worker started while the service is down (or answering 503) waits for it instead of exiting, then
   does its jobs.
 - A worker killed mid-job is taken over by another and its predictions equal a clean run:
@@ -38,9 +40,11 @@ from sqlalchemy import func, make_url, select
 from app.classifiers import prediction_store
 from app.classifiers.models import Classifier, ClassifierSource, ClassifierStatus
 from app.classifiers.prediction_store import PredictionStore
+from app.cli.main import app as cli
 from app.competitions.schemas import CompetitionCreate
 from app.competitions.service import create_competition
 from app.db import create_db_engine, create_sessionmaker
+from app.images import service as image_service
 from app.images import store as image_store
 from app.images.models import Image
 from app.jobs.models import Job, JobStatus
@@ -53,7 +57,7 @@ from tests.conftest import TEST_SECRET_KEY, bearer, make_user
 from tests.jobs.test_classifier_registration import add_images
 from tests.labelling.factories import labelling_competition
 from tests.leaderboard.scenario import corpus, digits_competition, register
-from tests.reliability.test_bad_input import shard
+from tests.reliability.test_bad_input import invoke, query, runner, shard
 from tests.support.images import image_bytes
 from workers.worker import WorkerOptions, run_worker
 
@@ -316,13 +320,21 @@ def test_the_service_reconnects_after_postgres_drops_its_connections(fresh_datab
 
 
 class DiskFull:
-    """A stand-in for the os module whose fdopen gives files that take half of a write, then fail ENOSPC."""
+    """A stand-in for the os module whose fdopen gives files that take half of a write, then fail ENOSPC
+    (after `room` files written whole)."""
+
+    def __init__(self, room: int = 0):
+        self.room = room
 
     def __getattr__(self, name):
         return getattr(os, name)
 
     def fdopen(self, descriptor, mode="r", *args, **kwargs):
-        return _FillingFile(os.fdopen(descriptor, mode, *args, **kwargs))
+        file = os.fdopen(descriptor, mode, *args, **kwargs)
+        if self.room > 0:
+            self.room -= 1
+            return file
+        return _FillingFile(file)
 
 
 class _FillingFile:
@@ -393,10 +405,16 @@ def _predictions(n: int, label: int):
     return predictions
 
 
+@pytest.mark.parametrize(
+    "room",
+    [0, 1, 2, 3],
+    ids=["first-image-fails", "first-thumbnail-fails", "second-image-fails", "second-thumbnail-fails"],
+)
 def test_an_image_upload_that_fills_the_disk_stores_nothing(
-    client, db_session, competition, admin_headers, settings, monkeypatch
+    client, db_session, competition, admin_headers, settings, monkeypatch, room
 ):
-    monkeypatch.setattr(image_store, "os", DiskFull())
+    """The disk fills after `room` files: those written for earlier images go with their rows."""
+    monkeypatch.setattr(image_store, "os", DiskFull(room=room))
     files = [("files", (f"{i}.png", image_bytes(100 + i), "image/png")) for i in range(3)]
     response = client.post(
         f"/api/v1/competitions/{competition.id}/images", files=files, headers=admin_headers
@@ -407,7 +425,32 @@ def test_an_image_upload_that_fills_the_disk_stores_nothing(
     monkeypatch.undo()
     again = client.post(f"/api/v1/competitions/{competition.id}/images", files=files, headers=admin_headers)
     assert again.status_code == 201 and len(again.json()["added"]) == 3
-    assert len(list((settings.data_dir / "images").rglob("*.png"))) == 3
+    assert len([p for p in settings.data_dir.rglob("*") if p.is_file()]) == 6  # images and thumbnails
+
+
+def test_a_cli_import_that_fills_the_disk_keeps_the_batches_it_committed(
+    fresh_database_url, tmp_path, monkeypatch
+):
+    """Batches of two: the second batch's second image fails; the first batch stays, rows and files."""
+    cli_env = {"MAD_DATABASE_URL": fresh_database_url, "MAD_DATA_DIR": str(tmp_path / "data")}
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    for index in range(6):
+        (folder / f"{index}.png").write_bytes(image_bytes(300 + index))
+    assert invoke(cli_env, "competitions", "create", "full-disk").exit_code == 0
+    monkeypatch.setattr(image_service, "IMPORT_BATCH_SIZE", 2)
+    monkeypatch.setattr(image_store, "os", DiskFull(room=6))  # batch one's 4 files, batch two's first 2
+    result = runner.invoke(cli, ["images", "import", str(folder), "-c", "full-disk"], env=cli_env)
+    assert result.exit_code == 1 and "No space left on device" in result.output, result.output
+    url, data = cli_env["MAD_DATABASE_URL"], tmp_path / "data"
+    stored = {row[0] for row in query(url, select(Image.sha256))}
+    assert len(stored) == 2
+    files = sorted(p for p in data.rglob("*") if p.is_file() and p.suffix in (".png", ".webp"))
+    assert sorted({p.stem for p in files}) == sorted(stored) and len(files) == 4
+    assert not [p for p in data.rglob(".tmp-*")]
+    monkeypatch.undo()
+    result = invoke(cli_env, "images", "import", str(folder), "-c", "full-disk")
+    assert result.exit_code == 0 and "4 added, 2 duplicates" in result.output, result.output
 
 
 def test_a_worker_waits_for_a_service_that_is_down_and_then_does_its_jobs(fresh_database_url, tmp_path):
