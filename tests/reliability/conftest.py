@@ -1,6 +1,9 @@
 """Reliability fixtures: the built competition of world.py on a committed database of its own, and its app."""
 
+import json
+import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -42,8 +45,13 @@ def world_app(world_settings, world) -> Iterator:
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
-    """Print how many cases each fuzz test tried."""
+    """Print how many cases each fuzz test tried; also write them as JSON to $MAD_FUZZ_REPORT when set."""
     if FUZZ_COUNTS:
         terminalreporter.section("fuzzing")
         for test_id, count in FUZZ_COUNTS.items():
             terminalreporter.write_line(f"{count} cases: {test_id}")
+        report = os.environ.get("MAD_FUZZ_REPORT")
+        if report:
+            counts = {"cases": FUZZ_COUNTS, "total": sum(FUZZ_COUNTS.values())}
+            Path(report).write_text(json.dumps(counts, indent=2) + "\n")
+            terminalreporter.write_line(f"written to {report}")

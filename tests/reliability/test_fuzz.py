@@ -8,7 +8,8 @@ schema, get the same treatment with hypothesis-made path segments and query stri
 
 MAD_FUZZ_EXAMPLES sets the cases per operation and mode (default 12, a couple of minutes on both
 databases); MAD_FUZZ_SEED picks another deterministic run (default 0; "random" for a fresh one).
-The number of cases tried is printed in the "fuzzing" section of pytest's summary.
+The number of cases tried is printed in the "fuzzing" section of pytest's summary, and written as JSON
+to the file MAD_FUZZ_REPORT names, when set.
 """
 
 import os

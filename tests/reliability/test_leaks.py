@@ -8,9 +8,12 @@ decided): per pair that would not do, since an image shared by two pairs would g
 question away. Per-image predictions exports are admin-only.
 
 A response leaks when it holds the image's hash, the open question's label and the name of a classifier
-that predicted that label on the image: anywhere in one document (JSON, HTML), or in one row of a table
-(CSV, JSON Lines, Parquet; there the label may also be its index). The detector is checked on the admin's
-exports, which must leak, so the test can fail.
+that predicted that label on the image anywhere in one document (JSON, HTML), or when one record pairs
+them with the label given as its name or as its class index: a row of a table (CSV, JSON Lines,
+Parquet), or a JSON object with the objects it sits in (the index among the object's own values; the
+classifier by name, or by id under a key naming a classifier). The detector is checked on the admin's
+exports, which must leak, and on JSON documents made from them (by image, by classifier id), so the
+test can fail.
 """
 
 import csv
@@ -19,8 +22,10 @@ import io
 import itertools
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
+import httpx
 import pyarrow.parquet as pq
 from fastapi.testclient import TestClient
 from sqlalchemy import select
@@ -43,6 +48,7 @@ class Secret:
     class_index: int
     label: str
     classifiers: tuple[str, ...]
+    classifier_ids: frozenset[int]
 
 
 def secrets_of(world: World, database_url: str) -> list[Secret]:
@@ -56,26 +62,120 @@ def secrets_of(world: World, database_url: str) -> list[Secret]:
     secrets = []
     for sha256, class_index in questions:
         ordinal = world.hashes.index(sha256)
-        predicted = tuple(
-            world.classifier_names[classifier_id]
-            for classifier_id, top1 in world.top1.items()
-            if top1[ordinal] == class_index
-        )
+        predicted = [
+            classifier_id for classifier_id, top1 in world.top1.items() if top1[ordinal] == class_index
+        ]
         if predicted:
-            secrets.append(Secret(sha256, class_index, CLASSES[class_index], predicted))
+            names = tuple(world.classifier_names[classifier_id] for classifier_id in predicted)
+            secrets.append(Secret(sha256, class_index, CLASSES[class_index], names, frozenset(predicted)))
     return secrets
 
 
-def rows_of(response) -> list[dict] | None:
-    """A tabular response as rows; None for documents."""
+@dataclass(frozen=True)
+class Record:
+    """Values that belong together: a table row, or a JSON object with the objects around it."""
+
+    own: frozenset[str]
+    """The record's own scalar values as text (where a prediction's class index would sit), but for ids,
+    ordinals and positions."""
+    text: str
+    """Every key and value in reach, joined."""
+    classifier_ids: frozenset[int]
+    """Integers in reach under a key naming a classifier."""
+
+
+NOT_A_LABEL = re.compile(r"(^|_)(id|ordinal|position)$")
+"""Keys whose numbers are identifiers or places, never a class index."""
+
+
+def _scalar(value) -> bool:
+    return not isinstance(value, dict | list)
+
+
+def _own(pairs) -> frozenset[str]:
+    """The values of (key, scalar value) pairs that could be a label, as text."""
+    return frozenset(
+        str(value)
+        for key, value in pairs
+        if _scalar(value) and not isinstance(value, bool) and not NOT_A_LABEL.search(str(key))
+    )
+
+
+def _classifier_ids(pairs) -> set[int]:
+    """The integers among (key, value) pairs whose key names a classifier."""
+    ids = set()
+    for key, value in pairs:
+        if "classifier" in str(key) and not isinstance(value, bool):
+            try:
+                ids.add(int(value))
+            except (TypeError, ValueError):
+                continue
+    return ids
+
+
+def _inline_pairs(node: dict) -> list[tuple[str, object]]:
+    """The (key, value) pairs of an object and of the objects nested in it (not in its lists); a list of
+    scalars counts as its values."""
+    pairs = []
+    for key, value in node.items():
+        if isinstance(value, dict):
+            pairs += [(key, None), *_inline_pairs(value)]
+        elif isinstance(value, list):
+            pairs += [(key, item) for item in value if _scalar(item)]
+        else:
+            pairs.append((key, value))
+    return pairs
+
+
+def json_records(node, context: str = "", context_ids: frozenset[int] = frozenset()) -> Iterator[Record]:
+    """A record per JSON object: its own values, with the text and classifier ids of the objects around."""
+    if isinstance(node, list):
+        for item in node:
+            yield from json_records(item, context, context_ids)
+        return
+    if not isinstance(node, dict):
+        return
+    pairs = _inline_pairs(node)
+    text = " ".join([context, *(f"{key} {'' if value is None else value}" for key, value in pairs)])
+    ids = context_ids | _classifier_ids(pairs)
+    own = [(key, value) for key, value in node.items() if _scalar(value)]
+    own += [(key, item) for key, value in node.items() if isinstance(value, list) for item in value]
+    yield Record(_own(own), text, frozenset(ids))
+    for value in node.values():
+        if not _scalar(value):
+            yield from json_records(value, text, ids)
+
+
+def row_record(row: dict) -> Record:
+    """A table row as a record: every field is its own."""
+    text = " ".join(f"{key} {value}" for key, value in row.items())
+    return Record(_own(row.items()), text, frozenset(_classifier_ids(row.items())))
+
+
+def records_of(response) -> list[Record] | None:
+    """A tabular or JSON response as records; None for other documents (HTML, text)."""
     content_type = response.headers.get("content-type", "")
     if "text/csv" in content_type:
-        return list(csv.DictReader(io.StringIO(response.text)))
+        return [row_record(row) for row in csv.DictReader(io.StringIO(response.text))]
     if "ndjson" in content_type:
-        return [json.loads(line) for line in response.text.splitlines() if line.strip()]
+        return [row_record(json.loads(line)) for line in response.text.splitlines() if line.strip()]
     if "parquet" in content_type:
-        return pq.read_table(io.BytesIO(response.content)).to_pylist()
+        return [row_record(row) for row in pq.read_table(io.BytesIO(response.content)).to_pylist()]
+    if "json" in content_type:
+        return list(json_records(response.json()))
     return None
+
+
+def record_leaks(record: Record, secret: Secret) -> bool:
+    """The record pairs the secret's image, its label (name or index) and a classifier that predicted it."""
+    return (
+        secret.sha256 in record.text
+        and (re.search(rf"\b{secret.label}\b", record.text) or str(secret.class_index) in record.own)
+        and (
+            any(name in record.text for name in secret.classifiers)
+            or bool(record.classifier_ids & secret.classifier_ids)
+        )
+    )
 
 
 def leaks(response, secrets: list[Secret]) -> list[str]:
@@ -84,18 +184,12 @@ def leaks(response, secrets: list[Secret]) -> list[str]:
     if response.status_code >= 300 or content_type.startswith(BINARY_TYPES):
         return []
     found = []
-    rows = rows_of(response)
-    if rows is not None:
-        for row, secret in itertools.product(rows, secrets):
-            fields = {str(value) for value in row.values()}
-            text = " ".join(fields)
-            if (
-                secret.sha256 in text
-                and (secret.label in text or str(secret.class_index) in fields)
-                and any(name in text for name in secret.classifiers)
-            ):
-                found.append(f"{secret.sha256[:12]} {secret.label} {secret.classifiers} in row {row}")
-        return found
+    records = records_of(response)
+    for record, secret in itertools.product(records or [], secrets):
+        if record_leaks(record, secret):
+            found.append(f"{secret.sha256[:12]} {secret.label} {secret.classifiers} in {record.text[:300]}")
+    if records is not None and "json" not in content_type.replace("ndjson", ""):
+        return found  # a table: its rows are its records
     text = html.unescape(response.text)
     for secret in secrets:
         if (
@@ -191,6 +285,58 @@ def test_the_detector_finds_the_pairs_in_the_admins_exports(world_app, world, wo
                 )
                 assert response.status_code == 200
                 assert leaks(response, secrets), (table, export_format)
+
+
+def _admin_predictions(client: TestClient, world: World) -> list[dict]:
+    """The admin's predictions export: one row per classifier and image (classifier, sha256, top1 index)."""
+    response = client.get(
+        f"/api/v1/competitions/{world.competition_id}/exports/predictions",
+        params={"format": "jsonl"},
+        headers=world.headers("admin"),
+    )
+    return [json.loads(line) for line in response.text.splitlines()]
+
+
+def _json(document) -> httpx.Response:
+    return httpx.Response(200, json=document)
+
+
+def test_the_detector_finds_class_indexes_paired_with_classifiers_in_json(world_app, world, world_settings):
+    secrets = secrets_of(world, world_settings.sqlalchemy_url)
+    with TestClient(world_app) as client:
+        rows = _admin_predictions(client, world)
+    by_image = {}
+    for row in rows:
+        by_image.setdefault(row["image_sha256"], []).append(
+            {"classifier": row["classifier"], "top1": row["top1"]}
+        )
+    by_classifier = {}
+    for row in rows:
+        by_classifier.setdefault(row["classifier_id"], []).append(
+            {"sha256": row["image_sha256"], "top1": row["top1"]}
+        )
+    layouts = {
+        "rows": rows,
+        "by-image": {"images": [{"image_sha256": sha, "predictions": p} for sha, p in by_image.items()]},
+        "by-classifier-id": [{"classifier_id": c, "images": images} for c, images in by_classifier.items()],
+        "keyed": {
+            name: {row["image_sha256"]: row["top1"] for row in rows if row["classifier"] == name}
+            for name in world.classifier_names.values()
+        },
+    }
+    for layout, document in layouts.items():
+        assert leaks(_json(document), secrets), layout
+    for layout in ("rows", "by-image", "by-classifier-id"):  # the index, not the numbers around it
+        assert not leaks(_json(_without(layouts[layout], "top1")), secrets), layout
+
+
+def _without(node, key: str):
+    """A copy of a JSON document with every `key` removed."""
+    if isinstance(node, list):
+        return [_without(item, key) for item in node]
+    if isinstance(node, dict):
+        return {name: _without(value, key) for name, value in node.items() if name != key}
+    return node
 
 
 def test_question_ids_do_not_follow_the_pairs_label_order(db_session, competition):
