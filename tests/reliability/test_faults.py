@@ -6,6 +6,9 @@
 - Postgres: every connection of the service's database is terminated (pg_terminate_backend; the shared
   server keeps running for other test runs) three times while annotators submit; the service reconnects
   (pool_pre_ping) and goes on, only requests in flight fail, and no acknowledged vote is lost.
+- Postgres stopped and started again, then restarted (pg_ctl, on a private cluster the test makes with
+  initdb) while annotators submit: while it is down they get clear 503s and resend; once it is back the
+  service reconnects, no request sent after that fails, and no acknowledged vote is lost.
 - A prediction shard (and an image) whose write fails with ENOSPC leaves no file, partial or temporary,
   answers 503 so the worker retries, and the same upload succeeds once there is room. When a later image
   of an upload fails, the files already written for the earlier ones go too (no file without its row);
@@ -21,15 +24,18 @@ Waits here are liveness bounds (a dead service fails instead of hanging), never 
 
 import errno
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import httpx
 import numpy as np
@@ -50,6 +56,7 @@ from app.images.models import Image
 from app.jobs.models import Job, JobStatus
 from app.jobs.service import enqueue_predictions
 from app.labelling.models import PairSubset, Question, Vote
+from app.migrate import upgrade
 from app.settings import Settings
 from app.users import service as users_service
 from app.users.models import Role
@@ -134,54 +141,73 @@ class Server:
             self.process.wait(timeout=30)
 
 
+class Failure(NamedTuple):
+    """A request that failed: when it was sent and answered (time.monotonic()), and what happened."""
+
+    sent_at: float
+    failed_at: float
+    what: str
+
+    @classmethod
+    def of(cls, sent_at: float, response: httpx.Response) -> "Failure":
+        """A failure answered with this response: "503 {detail...}"."""
+        return cls(sent_at, time.monotonic(), f"{response.status_code} {response.text[:200]}")
+
+
 @dataclass
 class Annotator:
-    """A simulated annotator over HTTP: take an image, answer yes to all, repeat; resend after a failure."""
+    """A simulated annotator over HTTP: take an image, answer yes to all, repeat; resend after a failure.
+
+    failures holds a Failure for each request that failed.
+    """
 
     url: str
     token: str
     competition_id: int
     acknowledged: set = field(default_factory=set)
     sent: set = field(default_factory=set)
-    failures: list = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
     submissions: int = 0
 
     def run(self, stop: threading.Event) -> None:
         prefix = f"{self.url}/api/v1/competitions/{self.competition_id}/labelling"
         headers = {"Authorization": f"Bearer {self.token}"}
         item = pending = None
-        with httpx.Client(headers=headers, timeout=30) as http:
-            while not stop.is_set():
-                try:
-                    if pending is None:
-                        if item is None:
-                            following = http.post(f"{prefix}/next").raise_for_status().json()
-                            if following["status"] != "item":
-                                time.sleep(0.05)
-                                continue
-                            item = following["item"]
-                        pending = [
-                            {"question_id": q["question_id"], "answer": True} for q in item["questions"]
-                        ]
-                    self.sent |= {answer["question_id"] for answer in pending}
-                    response = http.post(f"{prefix}/answers", json={"answers": pending, "next": True})
-                    if response.status_code != 200:
-                        self.failures.append(f"{response.status_code} {response.text[:200]}")
-                        item = None if response.status_code < 500 else item
-                        pending = None if response.status_code < 500 else pending
-                        continue
-                    body = response.json()
-                    decided_meanwhile = set(body["already_decided"])
-                    self.acknowledged |= {a["question_id"] for a in pending} - decided_meanwhile
-                    self.submissions += 1
-                    pending, item = None, (body["next"] or {}).get("item")
-                except (
-                    httpx.HTTPError
-                ) as error:  # the server is down or failed: keep the answers, resend them
-                    self.failures.append(repr(error))
-                    http.close()
-                    http = httpx.Client(headers=headers, timeout=30)
+        http = httpx.Client(headers=headers, timeout=30)
+        while not stop.is_set():
+            sent_at = time.monotonic()
+            try:
+                if pending is None:
+                    if item is None:
+                        following = http.post(f"{prefix}/next")
+                        if following.status_code != 200:
+                            self.failures.append(Failure.of(sent_at, following))
+                            time.sleep(0.05)
+                            continue
+                        if following.json()["status"] != "item":
+                            time.sleep(0.05)
+                            continue
+                        item = following.json()["item"]
+                    pending = [{"question_id": q["question_id"], "answer": True} for q in item["questions"]]
+                self.sent |= {answer["question_id"] for answer in pending}
+                response = http.post(f"{prefix}/answers", json={"answers": pending, "next": True})
+                if response.status_code != 200:  # a 5xx may have been stored or not: resend the same answers
+                    self.failures.append(Failure.of(sent_at, response))
+                    item = None if response.status_code < 500 else item
+                    pending = None if response.status_code < 500 else pending
                     time.sleep(0.05)
+                    continue
+                body = response.json()
+                decided_meanwhile = set(body["already_decided"])
+                self.acknowledged |= {a["question_id"] for a in pending} - decided_meanwhile
+                self.submissions += 1
+                pending, item = None, (body["next"] or {}).get("item")
+            except httpx.HTTPError as error:  # the server is down: keep the answers, resend them
+                self.failures.append(Failure(sent_at, time.monotonic(), repr(error)))
+                http.close()
+                http = httpx.Client(headers=headers, timeout=30)
+                time.sleep(0.05)
+        http.close()
 
 
 @dataclass
@@ -313,10 +339,104 @@ def test_the_service_reconnects_after_postgres_drops_its_connections(fresh_datab
         crowd.finish()
         server.stop()
     assert all(count >= 1 for count in terminated), terminated
-    failed = [failure for annotator in crowd.annotators for failure in annotator.failures]
+    failed = [failure.what for annotator in crowd.annotators for failure in annotator.failures]
     assert all(failure.startswith("503") for failure in failed), failed  # retryable, the connection kept
     assert len(failed) <= ANNOTATORS * len(terminated), failed  # at most the requests in flight
     check_votes(fresh_database_url, crowd, [user_id for user_id, _ in annotators])
+
+
+POSTGRES_BINARIES = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"), key=lambda p: int(p.parts[-3]))
+
+
+class PrivatePostgres:
+    """A Postgres cluster of the test's own in a temporary folder, so it can be stopped and restarted
+    without disturbing the shared server. Its programs run as the postgres user when we are root (Postgres
+    refuses to run as root)."""
+
+    def __init__(self, bin_dir: Path):
+        self.bin_dir = bin_dir
+        self.root = Path(tempfile.mkdtemp(prefix="mad-pg-"))
+        if os.geteuid() == 0:
+            shutil.chown(self.root, "postgres", "postgres")
+        self.data = self.root / "data"
+        self.port = free_port()
+        self._run("initdb", "-D", str(self.data), "--auth=trust", "--username=postgres", "--no-sync")
+        self.server_url = f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, program: str, *args: str) -> None:
+        as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        subprocess.run(
+            [*as_postgres, str(self.bin_dir / program), *args], cwd=self.root, check=True, capture_output=True
+        )
+
+    def pg_ctl(self, action: str, *args: str) -> None:
+        """pg_ctl start, stop or restart, waiting until it is done."""
+        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
+        log = str(self.root / "postgres.log")
+        self._run("pg_ctl", action, "-D", str(self.data), "-w", "-l", log, "-o", options, *args)
+
+    def create_database(self, name: str) -> str:
+        """A new database on the cluster, migrated; its URL."""
+        with psycopg.connect(host="127.0.0.1", port=self.port, user="postgres", autocommit=True) as admin:
+            admin.execute(f'CREATE DATABASE "{name}"')
+        url = make_url(self.server_url).set(database=name).render_as_string(hide_password=False)
+        upgrade(url)
+        return url
+
+    def remove(self) -> None:
+        """Stop the cluster at once and delete its files."""
+        try:
+            self._run("pg_ctl", "stop", "-D", str(self.data), "-m", "immediate")
+        except subprocess.CalledProcessError:
+            pass  # not running
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@pytest.fixture
+def private_postgres():
+    """A running Postgres cluster of this test's own; skipped where the Postgres programs are absent."""
+    if not POSTGRES_BINARIES:
+        pytest.skip("no Postgres programs under /usr/lib/postgresql")
+    cluster = PrivatePostgres(POSTGRES_BINARIES[-1].parent)
+    try:
+        cluster.pg_ctl("start")
+        yield cluster
+    finally:
+        cluster.remove()
+
+
+def test_the_service_goes_on_after_postgres_is_stopped_and_restarted_under_load(private_postgres, tmp_path):
+    database_url = private_postgres.create_database("mad")
+    competition_id, annotators = labelling_database(database_url)
+    server = Server(database_url, tmp_path / "data")
+    crowd = Crowd([Annotator(server.url, token, competition_id) for _, token in annotators])
+    server.start()
+    outages = []
+    try:
+        crowd.start()
+        crowd.wait_for_more(30)
+        for stop, start in ((("stop", "-m", "fast"), ("start",)), (("restart", "-m", "fast"), None)):
+            down_at = time.monotonic()
+            private_postgres.pg_ctl(*stop)
+            if start is not None:  # down for a while: annotators must be told to retry, clearly
+                failed_before = sum(len(a.failures) for a in crowd.annotators)
+                wait_for(
+                    lambda n=failed_before: sum(len(a.failures) for a in crowd.annotators) >= n + ANNOTATORS,
+                    "requests to fail while Postgres is down",
+                )
+                private_postgres.pg_ctl(*start)
+            outages.append((down_at, time.monotonic()))
+            crowd.wait_for_more(30)  # the service reconnects and goes on
+        assert server.healthy()
+    finally:
+        crowd.finish()
+        server.stop()
+    failures = [failure for annotator in crowd.annotators for failure in annotator.failures]
+    assert failures, "no request failed while Postgres was down"
+    for failure in failures:  # each overlaps an outage: none sent after Postgres was back
+        assert failure.what.startswith("503") and "database did not answer" in failure.what, failure
+        assert any(failure.sent_at <= back and failure.failed_at >= down for down, back in outages), failure
+    check_votes(database_url, crowd, [user_id for user_id, _ in annotators])
 
 
 class DiskFull:
