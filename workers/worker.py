@@ -100,6 +100,8 @@ class Worker:
     options: WorkerOptions
     report: Report = lambda text, done, total: None
     models: dict[int, torch.nn.Module] = field(default_factory=dict)
+    engine: InferenceEngine | None = None
+    engine_classifiers: tuple[int, ...] = ()
     predictions: OrderedDict = field(default_factory=OrderedDict)
     jobs_done: int = 0
 
@@ -163,12 +165,26 @@ class Worker:
             self.models[classifier_id] = model
         return self.models[classifier_id]
 
+    def _engine(self, classifier_ids: tuple[int, ...], models: list[torch.nn.Module]) -> InferenceEngine:
+        """The engine running these classifiers' models, kept across claims while the set stays the same."""
+        if self.engine is None or self.engine_classifiers != classifier_ids:
+            self.engine = None  # let the previous engine's models and compiled graphs go first
+            self.engine = InferenceEngine(
+                models,
+                device=self.options.torch_device(),
+                batch_size=self.options.batch_size,
+                num_workers=self.options.loader_workers,
+                compile=self.options.compile,
+            )
+            self.engine_classifiers = classifier_ids
+        return self.engine
+
     def _predict(self, jobs: list[dict], keeper: LeaseKeeper) -> None:
         """Predict one shard with every claimed classifier at once (shared decoding), upload each result."""
         wanted = {job["predict"]["classifier_id"] for job in jobs}
         self.models = {cid: model for cid, model in self.models.items() if cid in wanted}
         runnable, models = [], []
-        for job in jobs:
+        for job in sorted(jobs, key=lambda job: job["predict"]["classifier_id"]):
             try:
                 models.append(self._model(job["predict"]))
                 runnable.append(job)
@@ -181,13 +197,7 @@ class Worker:
         if ordinals != list(range(task["shard_start"], task["shard_end"])):
             raise RuntimeError(f"shard {task['shard_start']}-{task['shard_end']} lists ordinals out of order")
         reader = HttpImageReader(self.client.base_url, {i["ordinal"]: i["sha256"] for i in task["images"]})
-        engine = InferenceEngine(
-            models,
-            device=self.options.torch_device(),
-            batch_size=self.options.batch_size,
-            num_workers=self.options.loader_workers,
-            compile=self.options.compile,
-        )
+        engine = self._engine(tuple(job["predict"]["classifier_id"] for job in runnable), models)
         names = ", ".join(job["predict"]["classifier_name"] for job in runnable)
         label = f"predict {task['shard_start']}–{task['shard_end']} ({names})"
 

@@ -1,5 +1,8 @@
 """A live service on a committed database of its own, tiny timm classifiers with weight files, real images."""
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -11,12 +14,18 @@ import safetensors.torch
 import timm
 import torch
 from fastapi import FastAPI
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.classifiers import service as classifiers_service
+from app.classifiers.models import Classifier
+from app.classifiers.prediction_store import Predictions
+from app.classifiers.service import weights_path
+from app.classifiers.timm_source import load_weights_file
 from app.competitions.schemas import CompetitionCreate
 from app.competitions.service import create_competition
 from app.db import create_db_engine, create_sessionmaker
+from app.images.models import CompetitionImage, Image
 from app.images.service import ImageLimits, import_entries
 from app.images.sources import folder_entries
 from app.images.store import ImageStore
@@ -27,6 +36,7 @@ from app.users import service as users_service
 from app.users.models import Role
 from tests.conftest import TEST_SECRET_KEY
 from tests.support.images import write_images
+from workers.inference import InferenceEngine
 
 ARCHITECTURES = ("test_resnet", "test_efficientnet", "test_vit")
 NUM_CLASSES = 1000
@@ -113,15 +123,59 @@ def set_up_competition(
             executor=executor,
         )
         for seed, architecture in enumerate(architectures):
-            weights = write_weights(tmp_path / f"{architecture}.safetensors", architecture, seed)
-            classifiers_service.register_timm_weights(
-                db_session=session,
-                settings=service.settings,
-                competition=competition,
-                name=architecture,
-                architecture=architecture,
-                weights_file=weights,
-                weights_filename=weights.name,
+            add_timm_classifier(
+                session, service.settings, competition, tmp_path, architecture, architecture, seed
             )
         session.commit()
         return competition.id
+
+
+def add_timm_classifier(
+    session: Session, settings: Settings, competition, folder: Path, name: str, architecture: str, seed: int
+) -> Classifier:
+    """Register `architecture` with random weights made from `seed`, as a user's weights file."""
+    weights = write_weights(folder / f"{name}.safetensors", architecture, seed)
+    return classifiers_service.register_timm_weights(
+        db_session=session,
+        settings=settings,
+        competition=competition,
+        name=name,
+        architecture=architecture,
+        weights_file=weights,
+        weights_filename=weights.name,
+    )
+
+
+def local_worker(settings: Settings, name: str, **env: str) -> subprocess.Popen:
+    """`mad worker --exit-when-idle` on the database of `settings`, served privately as on one machine."""
+    command = [sys.executable, "-c", "from app.cli.main import app; app()", "worker", "--exit-when-idle"]
+    command += ["--name", name, "--device", "cpu", "--batch-size", "16", "--loader-workers", "0"]
+    env = {
+        **os.environ,
+        "MAD_DATABASE_URL": settings.database_url,
+        "MAD_DATA_DIR": str(settings.data_dir),
+        "MAD_ENV": "development",
+        **env,
+    }
+    return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def clean_predictions(service, classifier: Classifier, n_images: int) -> Predictions:
+    """What an undisturbed run predicts: the engine over every image, in one process."""
+    with service.session() as session:
+        rows = session.execute(
+            select(CompetitionImage.ordinal, Image.sha256, Image.format)
+            .join(Image, Image.id == CompetitionImage.image_id)
+            .where(CompetitionImage.competition_id == classifier.competition_id)
+            .order_by(CompetitionImage.ordinal)
+        ).all()
+    store = ImageStore(service.settings.data_dir)
+    files = {ordinal: store.image_path(sha256, image_format) for ordinal, sha256, image_format in rows}
+    model = load_weights_file(
+        classifier.architecture,
+        weights_path(service.settings, classifier.weights_sha256, classifier.weights_format),
+        1000,
+    )
+    engine = InferenceEngine([model], device="cpu", batch_size=32, num_workers=0)
+    (predictions,) = engine.predict(list(range(n_images)), lambda ordinal: files[ordinal].read_bytes())
+    return predictions

@@ -2,8 +2,6 @@
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from datetime import timedelta
 
@@ -15,22 +13,9 @@ from app.jobs.models import Job, JobStatus
 from app.labelling.models import PairSubset
 from app.users import service as users_service
 from app.users.models import ApiToken, User
-from tests.jobs.conftest import set_up_competition
+from tests.jobs.conftest import local_worker, set_up_competition
 
 WAIT_S = 300
-
-
-def local_worker(settings, name: str) -> subprocess.Popen:
-    """`mad worker --exit-when-idle` on the test database, serving it privately as on a single machine."""
-    command = [sys.executable, "-c", "from app.cli.main import app; app()", "worker", "--exit-when-idle"]
-    command += ["--name", name, "--device", "cpu", "--batch-size", "16", "--loader-workers", "0"]
-    env = {
-        **os.environ,
-        "MAD_DATABASE_URL": settings.database_url,
-        "MAD_DATA_DIR": str(settings.data_dir),
-        "MAD_ENV": "development",
-    }
-    return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
 def wait_until_holding_a_job(service, name: str) -> None:

@@ -14,15 +14,11 @@ from sqlalchemy import select
 
 from app.classifiers.models import Classifier, ClassifierStatus
 from app.classifiers.prediction_store import Predictions, PredictionStore
-from app.classifiers.service import weights_path
-from app.classifiers.timm_source import load_weights_file
 from app.images.models import CompetitionImage, Image
-from app.images.store import ImageStore
 from app.jobs.models import Job, JobStatus
 from app.main import create_app
-from tests.jobs.conftest import serving, set_up_competition
+from tests.jobs.conftest import clean_predictions, serving, set_up_competition
 from workers.client import LeaseLost, ServiceClient
-from workers.inference import InferenceEngine
 
 WAIT_S = 120
 
@@ -60,27 +56,6 @@ def wait_for(predicate, what: str):
             return value
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
-
-
-def clean_predictions(service, classifier: Classifier, n_images: int) -> Predictions:
-    """What an undisturbed run predicts: the engine over every image, in one process."""
-    with service.session() as session:
-        rows = session.execute(
-            select(CompetitionImage.ordinal, Image.sha256, Image.format)
-            .join(Image, Image.id == CompetitionImage.image_id)
-            .where(CompetitionImage.competition_id == classifier.competition_id)
-            .order_by(CompetitionImage.ordinal)
-        ).all()
-    store = ImageStore(service.settings.data_dir)
-    files = {ordinal: store.image_path(sha256, image_format) for ordinal, sha256, image_format in rows}
-    model = load_weights_file(
-        classifier.architecture,
-        weights_path(service.settings, classifier.weights_sha256, classifier.weights_format),
-        1000,
-    )
-    engine = InferenceEngine([model], device="cpu", batch_size=32, num_workers=0)
-    (predictions,) = engine.predict(list(range(n_images)), lambda ordinal: files[ordinal].read_bytes())
-    return predictions
 
 
 class ImageGate:
