@@ -11,13 +11,18 @@ Creates its own Postgres database (and drops it at the end), with two competitio
   processes predict them (shards of 50) and select their pair over HTTP with a worker token, while an
   admin uploads a batch of new images through the API every --feed-s seconds (new shards to predict).
 
-At the end it prints votes sent (answers the server acknowledged as recorded) against votes recorded (rows
-in the votes table), errors (every non-2xx answer or failed request, annotators, admin and workers), the
-latency percentiles of every annotator request, and what the workers did. --json prints the same as one
-JSON object. The exit status is 1 when votes sent and recorded differ or any error happened.
+Before the workers start, one annotator alone answers --baseline-requests requests without pausing: the
+baseline. At the end it prints votes sent (counted by the annotators: answers in submissions the server
+acknowledged with 200, less those it said were decided meanwhile) against votes recorded (rows in the
+votes table), errors (annotators' and the admin's failed or non-2xx requests, the server's non-2xx answers
+to the workers from its access log, jobs that failed or were retried, crashed workers), the latency
+percentiles of every annotator request under load and p99 over the baseline's p99, and what the workers
+did. --json prints the same as one JSON object. The exit status is 1 when votes sent and recorded
+differ, any error happened, or the workers finished no job.
 
     .venv/bin/python benchmarks/soak.py --minutes 2 [--json] [--annotators 50] [--workers 2]
-        [--questions 30000] [--think-ms 300] [--server-workers 2] [--feed-s 10] [--seed 0]
+        [--questions 30000] [--think-ms 300] [--server-workers 2] [--feed-s 10] [--baseline-requests 300]
+        [--seed 0]
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import io
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -81,8 +87,10 @@ children:
   round: ["0", "6", "8", "9", "3"]
   straight: ["1", "4", "7", "2", "5"]
 """
-RECONNECT_EVERY = 20
-"""Requests per connection, as browsers and proxies recycle them (and so uvicorn's workers share the load)."""
+ACCESS_LINE = re.compile(r'"[A-Z]+ (?P<path>\S+) HTTP/[\d.]+" (?P<status>\d{3})')
+"""A request in uvicorn's access log: "POST /api/v1/jobs/claim HTTP/1.1" 200."""
+WORKER_PATHS = ("/api/v1/jobs/", "/api/v1/classifiers/", "/images/")
+"""Where workers' requests go (claims, heartbeats, results; weights and predictions; image files)."""
 
 
 def free_port() -> int:
@@ -261,9 +269,9 @@ def fill(settings: Settings, questions: int, annotators: int, images: int, seed:
 
 
 class Server:
-    """uvicorn serving the app in subprocesses."""
+    """uvicorn serving the app in subprocesses, its access log in a file."""
 
-    def __init__(self, settings: Settings, workers: int):
+    def __init__(self, settings: Settings, workers: int, log_path: Path):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         environment = {
@@ -283,8 +291,12 @@ class Server:
             "--port",
             str(self.port),
         ]
-        command += ["--workers", str(workers), "--no-access-log", "--log-level", "warning"]
-        self.process = subprocess.Popen(command, cwd=REPOSITORY, env=environment)
+        command += ["--workers", str(workers), "--log-level", "info"]
+        self.log_path = log_path
+        with log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                command, cwd=REPOSITORY, env=environment, stdout=log, stderr=subprocess.STDOUT
+            )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
@@ -300,6 +312,15 @@ class Server:
         if self.process.poll() is None:
             self.process.terminate()
             self.process.wait(timeout=60)
+
+    def worker_errors(self) -> list[str]:
+        """Every non-2xx answer the server gave to a worker's request, from its access log."""
+        errors = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            match = ACCESS_LINE.search(line)
+            if match and match["path"].startswith(WORKER_PATHS) and not match["status"].startswith("2"):
+                errors.append(f"worker request: {match[0]}")
+        return errors
 
 
 class Workers:
@@ -367,9 +388,14 @@ class Annotator:
         self.random = random.Random(seed)
         self.latencies_ms: dict[str, list[float]] = {"next": [], "answers": []}
         self.votes_sent = 0
+        """Answers in submissions acknowledged with 200, less those the server said were decided meanwhile."""
         self.answers_sent = 0
         self.already_decided = 0
         self.errors: list[str] = []
+
+    def requests(self) -> int:
+        """Requests answered so far."""
+        return sum(len(latencies) for latencies in self.latencies_ms.values()) + len(self.errors)
 
     async def post(self, path: str, body: dict | None) -> dict | None:
         """POST, timing it; the JSON, or None after recording an error."""
@@ -385,10 +411,10 @@ class Annotator:
             return None
         return response.json()
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Label until told to stop."""
+    async def run(self, stop: asyncio.Event, requests: int | None = None) -> None:
+        """Label until told to stop (or after that many requests)."""
         following = None
-        while not stop.is_set():
+        while not stop.is_set() and (requests is None or self.requests() < requests):
             if following is None or following["item"] is None:
                 following = await self.post("next", None)
                 if following is None or following["item"] is None:
@@ -396,7 +422,7 @@ class Annotator:
                     following = None
                     continue
             questions = following["item"]["questions"]
-            await asyncio.sleep(self.random.expovariate(1 / self.think_s) * len(questions))
+            await asyncio.sleep(self.random.expovariate(1) * self.think_s * len(questions))
             answers = [
                 {
                     "question_id": q["question_id"],
@@ -410,7 +436,7 @@ class Annotator:
                 following = None
                 continue
             self.answers_sent += len(answers)
-            self.votes_sent += result["recorded"]
+            self.votes_sent += len(answers) - len(result["already_decided"])
             self.already_decided += len(result["already_decided"])
             following = result["next"]
 
@@ -440,6 +466,15 @@ async def feed_images(
             except httpx.HTTPError as error:
                 errors.append(f"upload: {error!r}")
     return uploaded, errors
+
+
+async def baseline(url: str, world: dict, args: argparse.Namespace) -> Annotator:
+    """One annotator alone on the idle service (no workers yet), answering without pause."""
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+        _, token = world["annotators"][0]
+        solo = Annotator(client, world["labelling_id"], token, world["truth"], 0.0, args.seed - 1)
+        await solo.run(asyncio.Event(), requests=args.baseline_requests)
+    return solo
 
 
 async def load(
@@ -509,6 +544,12 @@ def outcome(settings: Settings, world: dict) -> dict:
                 .select_from(PairSubset)
                 .where(PairSubset.competition_id == world["corpus_id"])
             )
+            failed_jobs = db_session.scalar(  # failed, or failed and requeued, or retried since
+                select(func.count()).where(
+                    Job.competition_id == world["corpus_id"],
+                    (Job.status == JobStatus.failed) | Job.error.is_not(None) | (Job.attempts > 1),
+                )
+            )
             failures = db_session.scalars(
                 select(Job.error)
                 .where(Job.competition_id == world["corpus_id"], Job.error.is_not(None))
@@ -522,12 +563,13 @@ def outcome(settings: Settings, world: dict) -> dict:
         "jobs": {status.value: count for status, count in jobs.items()},
         "images_predicted": int(predicted),
         "pairs_selected": pairs,
+        "failed_jobs": failed_jobs,
         "job_errors": [error[-300:] for error in failures],
     }
 
 
 def run(args: argparse.Namespace) -> dict:
-    """Set up, soak, measure, tear down."""
+    """Set up, measure the baseline, soak, measure, tear down."""
     workdir = Path(tempfile.mkdtemp(prefix="mad-soak-"))
     database = Database()
     server = workers = None
@@ -541,19 +583,25 @@ def run(args: argparse.Namespace) -> dict:
             predict_shard_size=SHARD_SIZE,
         )
         world = fill(settings, args.questions, args.annotators, args.images, args.seed, workdir)
-        server = Server(settings, args.server_workers)
+        server = Server(settings, args.server_workers, workdir / "server.log")
+        solo = asyncio.run(baseline(server.url, world, args))
         workers = Workers(server.url, world["worker_token"], args.workers, workdir)
         crowd, uploaded, feed_errors, elapsed = asyncio.run(load(server.url, world, args))
         crashed = workers.stop()
         workers = None
         server.stop()
+        worker_errors = server.worker_errors()
         server = None
         latencies = [
             value for annotator in crowd for values in annotator.latencies_ms.values() for value in values
         ]
-        errors = [error for annotator in crowd for error in annotator.errors] + feed_errors + crashed
+        baseline_latencies = [value for values in solo.latencies_ms.values() for value in values]
         stored = outcome(settings, world)
-        votes_sent = sum(annotator.votes_sent for annotator in crowd)
+        errors = [error for annotator in [solo, *crowd] for error in annotator.errors]
+        errors += feed_errors + crashed + worker_errors
+        errors += [f"{stored['failed_jobs']} jobs failed or were retried"] if stored["failed_jobs"] else []
+        votes_sent = sum(annotator.votes_sent for annotator in [solo, *crowd])
+        p99, baseline_p99 = percentile(latencies, 99), percentile(baseline_latencies, 99)
         return {
             "minutes": round(elapsed / 60, 2),
             "annotators": args.annotators,
@@ -564,23 +612,27 @@ def run(args: argparse.Namespace) -> dict:
             "votes_sent": votes_sent,
             "votes_recorded": stored["votes_recorded"],
             "votes_equal": votes_sent == stored["votes_recorded"],
-            "answers_sent": sum(annotator.answers_sent for annotator in crowd),
-            "answers_already_decided": sum(annotator.already_decided for annotator in crowd),
+            "answers_sent": sum(annotator.answers_sent for annotator in [solo, *crowd]),
+            "answers_already_decided": sum(annotator.already_decided for annotator in [solo, *crowd]),
             "questions_decided": stored["questions_decided"],
-            "votes_per_s": round(votes_sent / elapsed, 1),
+            "votes_per_s": round(sum(annotator.votes_sent for annotator in crowd) / elapsed, 1),
             "requests": len(latencies),
             "errors": len(errors),
             "error_examples": errors[:5],
             "p50_ms": percentile(latencies, 50),
             "p90_ms": percentile(latencies, 90),
-            "p99_ms": percentile(latencies, 99),
+            "p99_ms": p99,
             "max_ms": percentile(latencies, 100),
             "next_p99_ms": percentile([v for a in crowd for v in a.latencies_ms["next"]], 99),
             "answers_p99_ms": percentile([v for a in crowd for v in a.latencies_ms["answers"]], 99),
+            "baseline_requests": len(baseline_latencies),
+            "baseline_p99_ms": baseline_p99,
+            "p99_vs_baseline": round(p99 / baseline_p99, 2) if baseline_p99 else None,
             "images_uploaded": uploaded,
             "images_predicted": stored["images_predicted"],
             "pairs_selected": stored["pairs_selected"],
             "jobs": stored["jobs"],
+            "jobs_done": stored["jobs"].get(JobStatus.done.value, 0),
             "job_errors": stored["job_errors"],
         }
     finally:
@@ -592,8 +644,13 @@ def run(args: argparse.Namespace) -> dict:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def passed(results: dict) -> bool:
+    """Votes sent equal votes recorded, no error, and the workers finished some job."""
+    return results["votes_equal"] and results["errors"] == 0 and results["jobs_done"] > 0
+
+
 def main() -> None:
-    """Parse arguments, soak, print; exit 1 when votes were lost or errors happened."""
+    """Parse arguments, soak, print; exit 1 unless it passed (votes equal, no errors, workers worked)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=2.0, help="how long to soak")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -604,6 +661,9 @@ def main() -> None:
     parser.add_argument("--think-ms", type=float, default=300, help="an annotator's mean time per question")
     parser.add_argument("--feed-s", type=float, default=10, help="seconds between image uploads")
     parser.add_argument("--server-workers", type=int, default=2, help="uvicorn worker processes")
+    parser.add_argument(
+        "--baseline-requests", type=int, default=300, help="requests of the lone annotator measured first"
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     results = run(args)
@@ -612,7 +672,7 @@ def main() -> None:
     else:
         for key, value in results.items():
             print(f"{key:>24}: {value}")
-    sys.exit(0 if results["votes_equal"] and results["errors"] == 0 else 1)
+    sys.exit(0 if passed(results) else 1)
 
 
 if __name__ == "__main__":
