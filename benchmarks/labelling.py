@@ -2,18 +2,27 @@
 
 Creates its own database (and drops it), fills it in bulk (images by SQL, pairs through the labelling
 service: k = 30 selected and 2 reserve images per pair, two questions per image), starts uvicorn, and
-runs simulated annotators (asyncio, keep-alive HTTP/1.1): take the next image, think for a random time
-(exponential, mean `--think-ms`) per question, answer (the hidden truth 90% of the time), repeat.
-Identical think times would march all 50 in step. Prints answers/s and the p50/p99 latency of
-next-item and submit measured by the clients after a warm-up, with the server's CPU time per answer and the
-machine's load average: latency on a shared machine depends on what else runs; CPU per answer does not.
+runs simulated annotators (asyncio, keep-alive HTTP/1.1) that think for a random time (exponential, mean
+`--think-ms`) per question and answer (the hidden truth 90% of the time). Identical think times would march
+all 50 in step. Latencies are measured by the clients after a warm-up; the server's CPU time per answer and
+the machine's load average are printed too: latency on a shared machine depends on what else runs, CPU per
+answer does not.
 
---flow page (default) does what the labelling page does: each submit also brings the next image
-("next": true), so next-item is called on its own only at the start and when every open image is leased
-to others. --flow api calls next-item and submit separately for every image.
+--flow api (default): for every image, POST …/next leases it and POST …/answers answers it, each timed on
+its own, so next-item is always a lease taken from the queue. --flow page does what the labelling page
+does: each submit also brings the next image ("next": true, so submit includes a queue lease), and the
+page is loaded afresh every --reload-every images, which calls …/next (resuming the image it holds).
+
+Baseline, measured in the same run on the same server before the labelling: the same annotators with the
+same think times calling GET /api/v1/me (bearer token checked, account read: the floor of any annotator
+request on this machine now). Each latency is also printed as a ratio to the baseline's.
+
+Exits with status 1 when any request failed (the errors are printed), and prints null with a warning for a
+latency with no sample rather than a number.
 
     .venv/bin/python benchmarks/labelling.py [--json] [--annotators 50] [--questions 100000]
-        [--duration 30] [--think-ms 100] [--flow page|api] [--server-workers 2] [--backend postgres|sqlite]
+        [--duration 30] [--baseline-duration 10] [--think-ms 100] [--flow api|page] [--reload-every 10]
+        [--server-workers 2] [--backend postgres|sqlite]
 """
 
 from __future__ import annotations
@@ -59,6 +68,7 @@ RESERVE = 2
 NUM_CLASSES = 1000
 TRUTH_RATE = 0.9
 SECRET_KEY = "benchmark-secret-key-" + "x" * 32
+BASELINE_WARMUP_S = 2
 RECONNECT_EVERY = 20
 """Requests per connection. Browsers and proxies recycle connections; with one connection for life per
 annotator, uvicorn's shared accept queue put 43 of the 50 on one of two workers."""
@@ -246,15 +256,18 @@ class Annotator:
         truth: dict[int, bool],
         think_s: float,
         flow: str,
+        reload_every: int,
         seed: int,
     ):
         self.port = port
         self.flow = flow
+        self.reload_every = reload_every
         self.prefix = f"/api/v1/competitions/{competition_id}/labelling"
         self.token = token
         self.truth = truth
         self.think_s = think_s
         self.random = random.Random(seed)
+        self.baseline_ms: list[float] = []
         self.next_ms: list[float] = []
         self.submit_ms: list[float] = []
         self.answers = 0
@@ -262,11 +275,12 @@ class Annotator:
         self.connection: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
         self.requests = 0
 
-    async def post(self, path: str, body: dict | None, latencies: list[float], measuring) -> dict:
-        """POST (on a new connection every RECONNECT_EVERY requests), timing it when measuring; the JSON."""
-        payload = json.dumps(body or {}).encode()
+    async def request(self, method: str, path: str, body: dict | None, latencies: list[float], measuring):
+        """Send a request (on a new connection every RECONNECT_EVERY requests), timing it when measuring;
+        the JSON answer, or RuntimeError unless 200."""
+        payload = b"" if body is None else json.dumps(body).encode()
         head = (
-            f"POST {self.prefix}{path} HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer {self.token}\r\n"
+            f"{method} {path} HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer {self.token}\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
         )
         started = time.perf_counter()
@@ -284,7 +298,7 @@ class Annotator:
         data = await reader.readexactly(length)
         elapsed_ms = (time.perf_counter() - started) * 1000
         if not status.startswith(b"HTTP/1.1 200"):
-            raise RuntimeError(f"{path}: {status!r} {data[:200]!r}")
+            raise RuntimeError(f"{method} {path}: {status!r} {data[:200]!r}")
         if measuring.is_set():
             latencies.append(elapsed_ms)
         return json.loads(data)
@@ -294,19 +308,36 @@ class Annotator:
         if self.connection is not None:
             self.connection[1].close()
 
+    async def think(self, questions: int) -> list[float]:
+        """Think about each question for a random time (exponential, mean think_s); the seconds taken."""
+        thinking = [self.random.expovariate(1 / self.think_s) for _ in range(questions)]
+        await asyncio.sleep(sum(thinking))
+        return thinking
+
+    async def run_baseline(self, stop, measuring) -> None:
+        """Think as for an image of two questions, then GET /api/v1/me; until told to stop."""
+        try:
+            while not stop.is_set():
+                await self.think(2)
+                await self.request("GET", "/api/v1/me", None, self.baseline_ms, measuring)
+        except Exception as error:  # noqa: BLE001 - reported in the results
+            self.errors.append(repr(error))
+
     async def run(self, stop, measuring) -> None:
         """Label until told to stop."""
         try:
-            following = None
+            following, images = None, 0
             while not stop.is_set():
-                if following is None or following["item"] is None:
-                    following = await self.post("/next", None, self.next_ms, measuring)
+                reload = self.flow == "page" and images % self.reload_every == 0
+                if following is None or following["item"] is None or self.flow == "api" or reload:
+                    following = await self.request(
+                        "POST", f"{self.prefix}/next", None, self.next_ms, measuring
+                    )
                 if following["item"] is None:
                     await asyncio.sleep(0.05)
                     continue
                 questions = following["item"]["questions"]
-                thinking = [self.random.expovariate(1 / self.think_s) for _ in questions]
-                await asyncio.sleep(sum(thinking))
+                thinking = await self.think(len(questions))
                 answers = [
                     {
                         "question_id": q["question_id"],
@@ -316,8 +347,8 @@ class Annotator:
                     for q, seconds in zip(questions, thinking, strict=True)
                 ]
                 body = {"answers": answers, "next": self.flow == "page"}
-                result = await self.post("/answers", body, self.submit_ms, measuring)
-                following = result["next"]
+                result = await self.request("POST", f"{self.prefix}/answers", body, self.submit_ms, measuring)
+                following, images = result["next"], images + 1
                 if measuring.is_set():
                     self.answers += result["recorded"]
         except Exception as error:  # noqa: BLE001 - reported in the results
@@ -342,13 +373,11 @@ def cpu_seconds(root_pid: int) -> float:
     return total
 
 
-async def load(
-    crowd: list[Annotator], warmup_s: float, duration_s: float, server_pid: int
-) -> tuple[float, float]:
-    """Run the annotators, measure for duration_s after warmup_s; the seconds measured and the server's CPU
-    seconds in that time."""
+async def phase(tasks_of, warmup_s: float, duration_s: float, server_pid: int) -> tuple[float, float]:
+    """Start tasks_of(stop, measuring), measure for duration_s after warmup_s, stop them; the seconds
+    measured and the server's CPU seconds in that time."""
     stop, measuring = asyncio.Event(), asyncio.Event()
-    tasks = [asyncio.create_task(annotator.run(stop, measuring)) for annotator in crowd]
+    tasks = [asyncio.create_task(task) for task in tasks_of(stop, measuring)]
     await asyncio.sleep(warmup_s)
     measuring.set()
     started, cpu_started = time.perf_counter(), cpu_seconds(server_pid)
@@ -360,9 +389,33 @@ async def load(
     return elapsed, cpu
 
 
-def percentile(values: list[float], q: float) -> float:
-    """The q-th percentile (0-100) of the values, 0 when there are none."""
-    return float(np.percentile(values, q)) if values else 0.0
+async def load(crowd: list[Annotator], args: argparse.Namespace, server_pid: int) -> tuple[float, float]:
+    """The baseline, then the labelling; the labelling's seconds measured and server CPU seconds."""
+    await phase(
+        lambda stop, measuring: [a.run_baseline(stop, measuring) for a in crowd],
+        BASELINE_WARMUP_S,
+        args.baseline_duration,
+        server_pid,
+    )
+    return await phase(
+        lambda stop, measuring: [a.run(stop, measuring) for a in crowd],
+        args.warmup,
+        args.duration,
+        server_pid,
+    )
+
+
+def percentile(values: list[float], q: float, name: str, warnings: list[str]) -> float | None:
+    """The q-th percentile (0-100) of the values in ms, rounded; None with a warning when there are none."""
+    if not values:
+        warnings.append(f"no {name} request was measured: its latency is unknown")
+        return None
+    return round(float(np.percentile(values, q)), 2)
+
+
+def ratio(value: float | None, baseline: float | None) -> float | None:
+    """value / baseline, rounded; None when either is unknown."""
+    return None if value is None or not baseline else round(value / baseline, 2)
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -377,13 +430,30 @@ def run(args: argparse.Namespace) -> dict:
         )
         server = Server(database.url, workdir / "data", args.server_workers)
         crowd = [
-            Annotator(server.port, competition_id, token, truth, args.think_ms / 1000, args.flow, seed)
+            Annotator(
+                server.port,
+                competition_id,
+                token,
+                truth,
+                args.think_ms / 1000,
+                args.flow,
+                args.reload_every,
+                seed,
+            )
             for seed, token in enumerate(tokens)
         ]
-        elapsed, server_cpu_s = asyncio.run(load(crowd, args.warmup, args.duration, server.process.pid))
+        elapsed, server_cpu_s = asyncio.run(load(crowd, args, server.process.pid))
         answers = sum(annotator.answers for annotator in crowd)
-        next_ms = [value for annotator in crowd for value in annotator.next_ms]
-        submit_ms = [value for annotator in crowd for value in annotator.submit_ms]
+        samples = {
+            name: [value for annotator in crowd for value in getattr(annotator, f"{name}_ms")]
+            for name in ("baseline", "next", "submit")
+        }
+        warnings: list[str] = []
+        latency = {
+            f"{name}_p{q}_ms": percentile(values, q, name, warnings)
+            for name, values in samples.items()
+            for q in (50, 99)
+        }
         return {
             "backend": args.backend,
             "annotators": args.annotators,
@@ -394,14 +464,21 @@ def run(args: argparse.Namespace) -> dict:
             "setup_s": round(setup_s, 1),
             "duration_s": round(elapsed, 1),
             "answers_per_s": round(answers / elapsed, 1),
-            "next_requests": len(next_ms),
-            "next_p50_ms": round(percentile(next_ms, 50), 2),
-            "next_p99_ms": round(percentile(next_ms, 99), 2),
-            "submit_requests": len(submit_ms),
-            "submit_p50_ms": round(percentile(submit_ms, 50), 2),
-            "submit_p99_ms": round(percentile(submit_ms, 99), 2),
+            "baseline": "GET /api/v1/me, same annotators and think times, measured first on the same server",
+            "baseline_requests": len(samples["baseline"]),
+            "baseline_p50_ms": latency["baseline_p50_ms"],
+            "baseline_p99_ms": latency["baseline_p99_ms"],
+            "next_requests": len(samples["next"]),
+            "next_p50_ms": latency["next_p50_ms"],
+            "next_p99_ms": latency["next_p99_ms"],
+            "next_p99_vs_baseline": ratio(latency["next_p99_ms"], latency["baseline_p99_ms"]),
+            "submit_requests": len(samples["submit"]),
+            "submit_p50_ms": latency["submit_p50_ms"],
+            "submit_p99_ms": latency["submit_p99_ms"],
+            "submit_p99_vs_baseline": ratio(latency["submit_p99_ms"], latency["baseline_p99_ms"]),
             "server_cpu_ms_per_answer": round(1000 * server_cpu_s / max(answers, 1), 2),
             "load_average_1min": round(os.getloadavg()[0], 1),
+            "warnings": warnings,
             "errors": [error for annotator in crowd for error in annotator.errors],
         }
     finally:
@@ -421,21 +498,37 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=5, help="seconds before measuring")
     parser.add_argument("--think-ms", type=float, default=100, help="an annotator's mean time per question")
     parser.add_argument(
+        "--baseline-duration",
+        type=float,
+        default=10,
+        help="seconds measured of the baseline (GET /api/v1/me)",
+    )
+    parser.add_argument(
         "--flow",
-        choices=("page", "api"),
-        default="page",
-        help="submit brings the next image (page) or not (api)",
+        choices=("api", "page"),
+        default="api",
+        help="next and submit apart for every image (api), or submit brings the next image (page)",
+    )
+    parser.add_argument(
+        "--reload-every", type=int, default=10, help="page flow: images between page loads (each calls next)"
     )
     parser.add_argument("--server-workers", type=int, default=2, help="uvicorn worker processes")
     parser.add_argument("--backend", choices=("postgres", "sqlite"), default="postgres")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    if args.reload_every < 1:
+        parser.error("--reload-every must be at least 1")
     results = run(args)
+    for warning in results["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
     if args.json:
         print(json.dumps(results))
-        return
-    for key, value in results.items():
-        print(f"{key:>22}: {value}")
+    else:
+        for key, value in results.items():
+            print(f"{key:>24}: {value}")
+    if results["errors"]:
+        print(f"{len(results['errors'])} request(s) failed: the figures are not valid", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":
