@@ -73,7 +73,9 @@ def register_classifier(
     data_config: Annotated[
         str | None, Form(description='Preprocessing overrides as JSON, e.g. {"input_size": [3, 32, 32]}')
     ] = None,
-    file: Annotated[UploadFile | None, File(description="Weights (.safetensors/.pth) or predictions")] = None,
+    file: Annotated[
+        UploadFile | None, File(description="Weights (.safetensors, .pth, .pt, .bin) or predictions")
+    ] = None,
 ) -> ClassifierRead:
     """Check the source, store it, queue its predictions (or, for a predictions file, its pair selections).
 
