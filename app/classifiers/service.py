@@ -8,20 +8,12 @@ worker can find out (e.g. a pretrained download failing) marks the classifier fa
 import hashlib
 from pathlib import Path
 
-import timm
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
-from timm.models import get_pretrained_cfg
 
 from app.classifiers.models import Classifier, ClassifierSource, ClassifierStatus
 from app.classifiers.prediction_store import Predictions, PredictionStore, PredictionStoreError
 from app.classifiers.prediction_upload import PredictionUploadError, read_prediction_upload
-from app.classifiers.timm_source import (
-    WEIGHTS_FORMATS,
-    ClassifierSourceError,
-    load_weights_file,
-    weights_format,
-)
 from app.competitions.models import Competition
 from app.db import utcnow
 from app.errors import Conflict, InvalidInput, NotFound, storage_errors
@@ -107,6 +99,14 @@ def register_timm_weights(
 
     `data_config` (a DataConfig overlay) sets preprocessing the weights were trained with, e.g. a 32 px input.
     """
+    # torch and timm load here, not at import: the server and the CLI start in a fraction of the time.
+    from app.classifiers.timm_source import (
+        WEIGHTS_FORMATS,
+        ClassifierSourceError,
+        load_weights_file,
+        weights_format,
+    )
+
     stored_format = weights_format(weights_filename)
     if stored_format is None:
         raise InvalidInput(f"weights file {weights_filename!r}: use {', '.join(WEIGHTS_FORMATS)}")
@@ -145,6 +145,9 @@ def register_timm_pretrained(
     reported_accuracy: float | None = None,
 ) -> Classifier:
     """A timm pretrained tag (e.g. resnet50.a1_in1k); a worker downloads the weights where it is online."""
+    import timm  # loaded on use, as in register_timm_weights
+    from timm.models import get_pretrained_cfg
+
     try:
         config = get_pretrained_cfg(pretrained_tag) if timm.is_model(pretrained_tag) else None
     except RuntimeError:  # timm's answer to a known architecture with an unknown tag

@@ -3,7 +3,6 @@
 import typer
 
 from app.cli.common import load_settings
-from app.demo.run import DemoOptions, run_demo
 
 
 def demo(
@@ -22,6 +21,8 @@ def demo(
     serves http://HOST:PORT with an admin and an annotator account (printed). Running it again reuses
     everything already there.
     """
+    from app.demo.run import DemoOptions, run_demo  # torch and timm load only when the demo runs
+
     run_demo(
         load_settings(),
         DemoOptions(simulate=simulate, images=images, training_steps=training_steps, host=host, port=port),

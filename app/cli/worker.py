@@ -16,7 +16,6 @@ from app.main import create_app
 from app.serving import serve_in_thread
 from app.users import service as users_service
 from workers.client import ServiceError
-from workers.worker import WorkerOptions, run_worker
 
 
 @contextmanager
@@ -59,6 +58,8 @@ def worker(
     machine's database privately and works on it. Ctrl-C stops; unfinished jobs are taken over by other
     workers when their lease expires.
     """
+    from workers.worker import WorkerOptions, run_worker  # torch loads only when a worker runs
+
     options = WorkerOptions(
         device=device,
         batch_size=batch_size,

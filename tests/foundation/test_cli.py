@@ -1,6 +1,8 @@
 """The `mad` command line against a real database: setup, accounts, competitions, image import."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 from sqlalchemy import func, select
@@ -116,3 +118,10 @@ def test_competition_create_validates_its_parameters(cli_env, tmp_path):
     bad_file.write_text("root: a\nclasses: [b]\nchildren: {a: [b], b: [a]}\n")
     cyclic = invoke(cli_env, "competitions", "create", "y", "--taxonomy", str(bad_file))
     assert cyclic.exit_code == 1 and "taxonomy" in cyclic.output
+
+
+def test_the_cli_and_the_server_start_without_torch():
+    """torch and timm load only where a model runs (worker, demo, registering timm weights)."""
+    check = "import sys, app.cli.main, app.main; print(sorted({'torch', 'timm'} & set(sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
