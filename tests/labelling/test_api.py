@@ -146,7 +146,8 @@ def test_admins_add_gold_and_see_each_annotators_accuracy(
         (competition.class_names[3], True),
         (competition.class_names[4], False),
     ]
-    assert client.get(f"{labelling}/gold", headers=admin_headers).json() == gold
+    listed = client.get(f"{labelling}/gold", headers=admin_headers).json()  # oldest first, by question id
+    assert listed == sorted(gold, key=lambda question: question["question_id"])
     assert client.get(f"{labelling}/gold", headers=annotator_headers).status_code == 403
 
     item = client.post(f"{labelling}/next", headers=annotator_headers).json()["item"]  # gold is due first
