@@ -481,18 +481,20 @@ def pair_outcomes(*, db_session: Session, competition: Competition) -> dict[tupl
 # Handing out items -------------------------------------------------------------------------------------
 
 
+_COMPETITION_FOR_LABELLING = (
+    select(Competition)
+    .options(
+        defer(Competition.class_keys), defer(Competition.class_names), defer(Competition.taxonomy_source)
+    )
+    .where(Competition.id == bindparam("competition_id"))
+)
+"""A competition without its large label set (built once: every labelling request runs it)."""
+
+
 def get_competition_for_labelling(*, db_session: Session, competition_id: int) -> Competition:
     """The competition with its large label set left unloaded (annotators' requests need a few class names,
     read through _class_names); NotFound if there is none."""
-    competition = db_session.get(
-        Competition,
-        competition_id,
-        options=[
-            defer(Competition.class_keys),
-            defer(Competition.class_names),
-            defer(Competition.taxonomy_source),
-        ],
-    )
+    competition = db_session.scalar(_COMPETITION_FOR_LABELLING, {"competition_id": competition_id})
     if competition is None:
         raise NotFound(f"no competition with id {competition_id}")
     return competition

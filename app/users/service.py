@@ -4,7 +4,7 @@ import os
 import socket
 from datetime import timedelta
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import bindparam, delete, func, select, update
 from sqlalchemy.orm import Session
 
 from app.db import utcnow
@@ -66,17 +66,23 @@ def create_api_token(*, db_session: Session, user: User, name: str) -> str:
     return token
 
 
+_USER_OF_TOKEN = (
+    select(User, ApiToken.id, ApiToken.last_used_at)
+    .join(ApiToken, ApiToken.user_id == User.id)
+    .where(ApiToken.token_hash == bindparam("token_hash"), User.is_active)
+)
+"""The active owner of a token with the token's id and last use, in one query (every API request runs it)."""
+
+
 def user_for_token(*, db_session: Session, token: str) -> User | None:
     """The active user owning this bearer token, else None; records when the token was last used."""
-    api_token = db_session.scalar(select(ApiToken).where(ApiToken.token_hash == hash_api_token(token)))
-    if api_token is None:
+    row = db_session.execute(_USER_OF_TOKEN, {"token_hash": hash_api_token(token)}).first()
+    if row is None:
         return None
-    user = db_session.get(User, api_token.user_id)
-    if user is None or not user.is_active:
-        return None
+    user, token_id, last_used_at = row
     now = utcnow()
-    if api_token.last_used_at is None or now - api_token.last_used_at > TOKEN_USE_RESOLUTION:
-        api_token.last_used_at = now
+    if last_used_at is None or now - last_used_at > TOKEN_USE_RESOLUTION:
+        db_session.execute(update(ApiToken).where(ApiToken.id == token_id).values(last_used_at=now))
     return user
 
 
