@@ -129,23 +129,21 @@ def create_sessionmaker(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(bind=engine, expire_on_commit=False)
 
 
-async def sqlite_request_gate(request: Request) -> AsyncIterator[None]:
-    """On SQLite, let one request at a time use the database, queueing the rest on the event loop.
+async def database_gate(request: Request) -> AsyncIterator[None]:
+    """Let only as many requests use the database at once as it has connections, queueing the rest on the
+    event loop (before they take a thread): one on SQLite, the pool size on Postgres.
 
-    SQLite has one writer; requests waiting for its lock inside worker threads can take every thread of
-    the pool and leave the lock holder none to commit in (a deadlock until the busy timeout). Waiting
-    here, before a thread is taken, cannot starve the holder. Postgres requests pass straight through.
+    A request holds its connection between thread hops (dependencies, endpoint, commit). Were more requests
+    let in than there are connections, those waiting for a connection inside threads could take every
+    thread and leave the connection holders none to commit in: a deadlock until the pool (or SQLite's
+    busy) timeout. Waiting here, with no thread and no connection taken, cannot starve a holder.
     """
-    gate = request.app.state.sqlite_gate
-    if gate is None:
-        yield
-        return
-    async with gate:
+    async with request.app.state.database_gate:
         yield
 
 
 def get_session(
-    request: Request, _turn: Annotated[None, Depends(sqlite_request_gate, scope="function")]
+    request: Request, _turn: Annotated[None, Depends(database_gate, scope="function")]
 ) -> Iterator[Session]:
     """One session per request, committed once when the endpoint returns, rolled back on error."""
     with request.app.state.sessionmaker() as session:

@@ -6,6 +6,7 @@ from contextlib import contextmanager
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError, IntegrityError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 
 class MadError(Exception):
@@ -110,7 +111,9 @@ async def _integrity_error_response(request: Request, error: IntegrityError) -> 
     return await _mad_error_response(request, Conflict(message))
 
 
-async def _database_unavailable_response(request: Request, error: OperationalError) -> JSONResponse:
+async def _database_unavailable_response(
+    request: Request, error: OperationalError | PoolTimeout
+) -> JSONResponse:
     """A lost database connection (Postgres restarted, connections terminated) or a database too busy to
     answer: 503, so clients retry; the pool reconnects on the next checkout (pool_pre_ping)."""
     response = await _mad_error_response(
@@ -122,8 +125,9 @@ async def _database_unavailable_response(request: Request, error: OperationalErr
 
 def install_error_handlers(app: FastAPI) -> None:
     """Map every MadError subclass to its status code, the database's DataError to InvalidInput, its
-    IntegrityError to Conflict and its OperationalError to ServiceUnavailable."""
+    IntegrityError to Conflict, and its OperationalError and pool timeout to ServiceUnavailable."""
     app.add_exception_handler(MadError, _mad_error_response)
     app.add_exception_handler(DataError, _data_error_response)
     app.add_exception_handler(IntegrityError, _integrity_error_response)
     app.add_exception_handler(OperationalError, _database_unavailable_response)
+    app.add_exception_handler(PoolTimeout, _database_unavailable_response)

@@ -53,7 +53,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.engine = engine
     app.state.sessionmaker = create_sessionmaker(engine)
-    app.state.sqlite_gate = asyncio.Lock() if engine.dialect.name == "sqlite" else None
+    app.state.database_gate = asyncio.Semaphore(
+        1 if engine.dialect.name == "sqlite" else settings.db_pool_size
+    )
     app.state.image_store = ImageStore(settings.data_dir)
     app.state.login_limiter = LoginRateLimiter(settings.login_max_failures, settings.login_window_s)
     app.add_middleware(

@@ -1,0 +1,55 @@
+"""More concurrent requests than database connections: each waits its turn and none fails.
+
+A request holds its connection between thread hops (dependencies, endpoint, commit). Without the request
+gate, requests waiting for a connection inside threads can take every thread and leave the connection
+holders none to commit in, until the pool's 30 s timeout fails them.
+"""
+
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+
+from app.db import create_db_engine, create_sessionmaker
+from app.main import create_app
+from app.serving import serve_in_thread
+from app.settings import Settings
+from app.users import service as users_service
+from app.users.models import Role
+from tests.conftest import TEST_SECRET_KEY
+
+POOL_SIZE = 2
+CONCURRENT_REQUESTS = 120  # beyond the 40 threads Starlette runs endpoints and dependencies in
+
+
+def annotator_token(database_url: str) -> str:
+    """An annotator's API token on this database."""
+    engine = create_db_engine(database_url)
+    try:
+        with create_sessionmaker(engine)() as session:
+            user = users_service.create_user(
+                db_session=session, username="ann", role=Role.annotator, password="long enough"
+            )
+            token = users_service.create_api_token(db_session=session, user=user, name="test")
+            session.commit()
+            return token
+    finally:
+        engine.dispose()
+
+
+def test_more_concurrent_requests_than_connections_all_succeed(tmp_path, fresh_database_url):
+    settings = Settings(
+        env="test",
+        data_dir=tmp_path / "data",
+        database_url=fresh_database_url,
+        secret_key=TEST_SECRET_KEY,
+        db_pool_size=POOL_SIZE,
+    )
+    headers = {"Authorization": f"Bearer {annotator_token(fresh_database_url)}"}
+    app = create_app(settings)
+    with serve_in_thread(app) as url, httpx.Client(base_url=url, headers=headers, timeout=120) as client:
+        with ThreadPoolExecutor(CONCURRENT_REQUESTS) as pool:
+            statuses = list(
+                pool.map(lambda _: client.get("/api/v1/me").status_code, range(CONCURRENT_REQUESTS))
+            )
+    app.state.engine.dispose()
+    assert statuses == [200] * CONCURRENT_REQUESTS
