@@ -3,6 +3,7 @@
 from datetime import datetime
 from typing import Literal
 
+import inflect
 from pydantic import BaseModel, Field
 
 from app.images.store import SHA256_PATTERN
@@ -22,13 +23,12 @@ class QuestionRead(BaseModel):
         return cls(
             question_id=question.question_id,
             class_name=question.class_name,
-            text=f"Does this image contain {_article(question.class_name)} {question.class_name}?",
+            text=f"Does this image contain {_ENGLISH.a(question.class_name)}?",
         )
 
 
-def _article(name: str) -> str:
-    """'an' before a written vowel, else 'a'."""
-    return "an" if name[:1].lower() in "aeiou" else "a"
+_ENGLISH = inflect.engine()
+"""Picks "a" or "an" by the sound of the word ("a one", "an hour", "a unicycle"), not its first letter."""
 
 
 class ItemRead(BaseModel):
