@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import http.client
 import json
 import os
@@ -41,31 +40,22 @@ import sys
 import tempfile
 import time
 import uuid
-from itertools import combinations, islice
 from pathlib import Path
 
 import numpy as np
 import psycopg
-from sqlalchemy import insert, make_url, select
+from sqlalchemy import make_url
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPOSITORY))
 
-from app.classifiers.models import Classifier, ClassifierSource, ClassifierStatus  # noqa: E402
-from app.competitions.schemas import CompetitionCreate  # noqa: E402
-from app.competitions.service import create_competition  # noqa: E402
-from app.db import create_db_engine, create_sessionmaker, utcnow  # noqa: E402
-from app.images.models import CompetitionImage, Image  # noqa: E402
-from app.labelling.models import Question  # noqa: E402
-from app.labelling.service import store_pair_subset  # noqa: E402
+from app.db import create_db_engine, create_sessionmaker  # noqa: E402
 from app.migrate import upgrade  # noqa: E402
 from app.users import service as users_service  # noqa: E402
 from app.users.models import Role  # noqa: E402
+from benchmarks.open_questions import open_questions_competition  # noqa: E402
 
 POSTGRES_URL = os.environ.get("MAD_TEST_POSTGRES_URL", "postgresql+psycopg://root@127.0.0.1:5432/postgres")
-K = 30
-RESERVE = 2
-NUM_CLASSES = 1000
 TRUTH_RATE = 0.9
 SECRET_KEY = "benchmark-secret-key-" + "x" * 32
 BASELINE_WARMUP_S = 2
@@ -105,89 +95,21 @@ class Database:
                 admin.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
 
 
-def batched(iterable, size):
-    """Lists of at most size items."""
-    iterator = iter(iterable)
-    while batch := list(islice(iterator, size)):
-        yield batch
-
-
 def fill(
     url: str, questions: int, annotators: int, seed: int
 ) -> tuple[int, list[str], dict[int, bool], float]:
-    """Images (SQL), classifiers, pairs (labelling service) and annotators with tokens; returns the
+    """The open questions (benchmarks/open_questions.py) and annotators with tokens; returns the
     competition id, the tokens, each question's hidden truth, and the seconds it took."""
     started = time.perf_counter()
-    rng = np.random.default_rng(seed)
     engine = create_db_engine(url)
     with create_sessionmaker(engine)() as db_session:
-        competition = create_competition(db_session=db_session, spec=CompetitionCreate(name="bench", k=K))
-        n_pairs = -(-questions // (2 * K))
-        n_classifiers = next(m for m in range(2, 1000) if m * (m - 1) // 2 >= n_pairs)
-        classifier_ids = []
-        for index in range(n_classifiers):
-            classifier = Classifier(
-                competition_id=competition.id,
-                name=f"bench-{index}",
-                source=ClassifierSource.predictions_file,
-                status=ClassifierStatus.ready,
-            )
-            db_session.add(classifier)
-            db_session.flush()
-            classifier_ids.append(classifier.id)
-        n_images = n_pairs * (K + RESERVE)
-        now = utcnow()
-        for batch in batched(range(n_images), 10_000):
-            db_session.execute(
-                insert(Image),
-                [
-                    {
-                        "sha256": hashlib.sha256(f"bench-{i}".encode()).hexdigest(),
-                        "format": "jpeg",
-                        "width": 640,
-                        "height": 480,
-                        "bytes": 1,
-                        "original_name": f"{i}.jpg",
-                        "created_at": now,
-                    }
-                    for i in batch
-                ],
-            )
-        image_ids = list(db_session.scalars(select(Image.id).order_by(Image.id)))
-        for batch in batched(enumerate(image_ids), 10_000):
-            db_session.execute(
-                insert(CompetitionImage),
-                [
-                    {"competition_id": competition.id, "image_id": image_id, "ordinal": i, "added_at": now}
-                    for i, image_id in batch
-                ],
-            )
-        pairs = list(islice(combinations(classifier_ids, 2), n_pairs))
-        for number, (a, b) in enumerate(pairs):
-            chosen = image_ids[number * (K + RESERVE) : (number + 1) * (K + RESERVE)]
-            labels = rng.choice(NUM_CLASSES, size=(len(chosen), 2), replace=True)
-            labels[:, 1] = (labels[:, 0] + 1 + labels[:, 1] % (NUM_CLASSES - 1)) % NUM_CLASSES
-            entries = [
-                (image_id, 1.0 - position / 1000, int(la), int(lb), 0.9, 0.9)
-                for position, (image_id, (la, lb)) in enumerate(zip(chosen, labels, strict=True))
-            ]
-            store_pair_subset(
-                db_session=db_session,
-                competition=competition,
-                classifier_a_id=a,
-                classifier_b_id=b,
-                entries=entries,
-            )
+        competition, truth = open_questions_competition(db_session, "bench", questions, seed)
         tokens = []
         for index in range(annotators):
             user = users_service.create_user(
                 db_session=db_session, username=f"bench-{index}", role=Role.annotator, password="long enough"
             )
             tokens.append(users_service.create_api_token(db_session=db_session, user=user, name="bench"))
-        truth_rng = random.Random(seed)
-        truth = {
-            question_id: truth_rng.random() < 0.5 for question_id in db_session.scalars(select(Question.id))
-        }
         db_session.commit()
         competition_id = competition.id
     engine.dispose()

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import io
 import json
 import os
@@ -44,38 +43,34 @@ import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from itertools import combinations, islice
 from pathlib import Path
 
 import httpx
 import numpy as np
 import psycopg
 from PIL import Image as PILImage
-from sqlalchemy import func, insert, make_url, select
+from sqlalchemy import func, make_url, select
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPOSITORY))
 
 from app.classifiers import service as classifiers_service  # noqa: E402
-from app.classifiers.models import Classifier, ClassifierSource, ClassifierStatus  # noqa: E402
 from app.competitions.schemas import CompetitionCreate  # noqa: E402
 from app.competitions.service import create_competition  # noqa: E402
-from app.db import create_db_engine, create_sessionmaker, utcnow  # noqa: E402
-from app.images.models import CompetitionImage, Image  # noqa: E402
+from app.db import create_db_engine, create_sessionmaker  # noqa: E402
 from app.images.service import ImageLimits, import_entries  # noqa: E402
 from app.images.sources import Candidate  # noqa: E402
 from app.images.store import ImageStore  # noqa: E402
 from app.jobs.models import Job, JobKind, JobStatus  # noqa: E402
 from app.labelling.models import PairSubset, Question, Vote  # noqa: E402
-from app.labelling.service import store_pair_subset  # noqa: E402
 from app.migrate import upgrade  # noqa: E402
 from app.settings import Settings  # noqa: E402
 from app.users import service as users_service  # noqa: E402
 from app.users.models import Role  # noqa: E402
+from benchmarks.open_questions import open_questions_competition  # noqa: E402
 
 POSTGRES_URL = os.environ.get("MAD_TEST_POSTGRES_URL", "postgresql+psycopg://root@127.0.0.1:5432/postgres")
 SECRET_KEY = "soak-secret-key-" + "x" * 32
-K, RESERVE, NUM_CLASSES = 30, 2, 1000
 TRUTH_RATE = 0.9
 SHARD_SIZE = 50
 TINY_ARCHITECTURES = ("test_resnet", "test_efficientnet")
@@ -98,13 +93,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def batched(iterable, size):
-    """Lists of at most size items."""
-    iterator = iter(iterable)
-    while batch := list(islice(iterator, size)):
-        yield batch
 
 
 class Database:
@@ -150,67 +138,7 @@ def fill(settings: Settings, questions: int, annotators: int, images: int, seed:
     rng = np.random.default_rng(seed)
     engine = create_db_engine(settings.sqlalchemy_url)
     with create_sessionmaker(engine)() as db_session:
-        labelling = create_competition(
-            db_session=db_session, spec=CompetitionCreate(name="soak-labelling", k=K)
-        )
-        n_pairs = -(-questions // (2 * K))
-        n_classifiers = next(m for m in range(2, 1000) if m * (m - 1) // 2 >= n_pairs)
-        classifier_ids = []
-        for index in range(n_classifiers):
-            classifier = Classifier(
-                competition_id=labelling.id,
-                name=f"soak-{index}",
-                source=ClassifierSource.predictions_file,
-                status=ClassifierStatus.ready,
-            )
-            db_session.add(classifier)
-            db_session.flush()
-            classifier_ids.append(classifier.id)
-        now = utcnow()
-        n_images = n_pairs * (K + RESERVE)
-        for batch in batched(range(n_images), 10_000):
-            db_session.execute(
-                insert(Image),
-                [
-                    {
-                        "sha256": hashlib.sha256(f"soak-{i}".encode()).hexdigest(),
-                        "format": "jpeg",
-                        "width": 640,
-                        "height": 480,
-                        "bytes": 1,
-                        "original_name": f"{i}.jpg",
-                        "created_at": now,
-                    }
-                    for i in batch
-                ],
-            )
-        image_ids = list(db_session.scalars(select(Image.id).order_by(Image.id)))
-        for batch in batched(enumerate(image_ids), 10_000):
-            db_session.execute(
-                insert(CompetitionImage),
-                [
-                    {"competition_id": labelling.id, "image_id": image_id, "ordinal": i, "added_at": now}
-                    for i, image_id in batch
-                ],
-            )
-        for number, (a, b) in enumerate(islice(combinations(classifier_ids, 2), n_pairs)):
-            chosen = image_ids[number * (K + RESERVE) : (number + 1) * (K + RESERVE)]
-            labels = rng.choice(NUM_CLASSES, size=(len(chosen), 2))
-            labels[:, 1] = (labels[:, 0] + 1 + labels[:, 1] % (NUM_CLASSES - 1)) % NUM_CLASSES
-            store_pair_subset(
-                db_session=db_session,
-                competition=labelling,
-                classifier_a_id=a,
-                classifier_b_id=b,
-                entries=[
-                    (image_id, 1.0 - position / 1000, int(la), int(lb), 0.9, 0.9)
-                    for position, (image_id, (la, lb)) in enumerate(zip(chosen, labels, strict=True))
-                ],
-            )
-        truth_rng = random.Random(seed)
-        truth = {
-            question_id: truth_rng.random() < 0.5 for question_id in db_session.scalars(select(Question.id))
-        }
+        labelling, truth = open_questions_competition(db_session, "soak-labelling", questions, seed)
 
         corpus = create_competition(
             db_session=db_session,
