@@ -433,6 +433,16 @@ def discard_image(*, db_session: Session, competition: Competition, image_id: in
 # Results for the leaderboard ---------------------------------------------------------------------------
 
 
+def question_of_pair_image(question, label_column):
+    """Join condition: the question (a Question or an alias of it) asking about a pair image's image and the
+    given label column (PairImage.label_a or label_b)."""
+    return and_(
+        question.competition_id == PairSubset.competition_id,
+        question.image_id == PairImage.image_id,
+        question.class_index == label_column,
+    )
+
+
 def pair_outcomes(*, db_session: Session, competition: Competition) -> dict[tuple[int, int], np.ndarray]:
     """For every stored pair (a_id, b_id): an (n, 2) bool array (f_a correct, f_b correct) over its selected
     images whose two questions are both decided (outcome True: the image contains that class)."""
@@ -449,22 +459,8 @@ def pair_outcomes(*, db_session: Session, competition: Competition) -> dict[tupl
     rows = db_session.execute(
         select(PairSubset.classifier_a_id, PairSubset.classifier_b_id, question_a.outcome, question_b.outcome)
         .join(PairImage, PairImage.subset_id == PairSubset.id)
-        .join(
-            question_a,
-            and_(
-                question_a.competition_id == PairSubset.competition_id,
-                question_a.image_id == PairImage.image_id,
-                question_a.class_index == PairImage.label_a,
-            ),
-        )
-        .join(
-            question_b,
-            and_(
-                question_b.competition_id == PairSubset.competition_id,
-                question_b.image_id == PairImage.image_id,
-                question_b.class_index == PairImage.label_b,
-            ),
-        )
+        .join(question_a, question_of_pair_image(question_a, PairImage.label_a))
+        .join(question_b, question_of_pair_image(question_b, PairImage.label_b))
         .where(
             PairSubset.competition_id == competition.id,
             PairImage.role == PairImageRole.selected,

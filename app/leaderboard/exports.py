@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
-from sqlalchemy import and_, select, tuple_
+from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session, aliased, sessionmaker
 
 from app.classifiers.models import Classifier
@@ -29,6 +29,7 @@ from app.competitions.models import Competition
 from app.images.models import CompetitionImage, Image
 from app.jobs.service import competition_image_count
 from app.labelling.models import PairImage, PairSubset, Question, Vote
+from app.labelling.service import question_of_pair_image
 from app.leaderboard.service import readable_predictions
 from app.settings import Settings
 from app.users.models import User
@@ -218,13 +219,6 @@ def _subsets_batches(source: ExportSource, schema: pa.Schema) -> Iterator[pa.Rec
     classifier_a, classifier_b = aliased(Classifier), aliased(Classifier)
     question_a, question_b = aliased(Question), aliased(Question)
 
-    def question_of(question, label_column):
-        return and_(
-            question.competition_id == PairSubset.competition_id,
-            question.image_id == PairImage.image_id,
-            question.class_index == label_column,
-        )
-
     def query(session: Session, after: tuple | None) -> list:
         statement = (
             select(
@@ -242,8 +236,8 @@ def _subsets_batches(source: ExportSource, schema: pa.Schema) -> Iterator[pa.Rec
             .join(classifier_a, classifier_a.id == PairSubset.classifier_a_id)
             .join(classifier_b, classifier_b.id == PairSubset.classifier_b_id)
             .join(Image, Image.id == PairImage.image_id)
-            .outerjoin(question_a, question_of(question_a, PairImage.label_a))
-            .outerjoin(question_b, question_of(question_b, PairImage.label_b))
+            .outerjoin(question_a, question_of_pair_image(question_a, PairImage.label_a))
+            .outerjoin(question_b, question_of_pair_image(question_b, PairImage.label_b))
             .where(PairSubset.competition_id == source.competition.id)
             .order_by(PairImage.subset_id, PairImage.position)
             .limit(BATCH_ROWS)

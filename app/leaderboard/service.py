@@ -47,7 +47,7 @@ from app.errors import Conflict, NotFound
 from app.images.models import CompetitionImage, Image
 from app.jobs.service import competition_image_count
 from app.labelling.models import PairImage, PairImageRole, PairSubset, Question
-from app.labelling.service import pair_outcomes
+from app.labelling.service import pair_outcomes, question_of_pair_image
 from app.leaderboard.schemas import (
     BootstrapSettings,
     CaseSharesRead,
@@ -288,8 +288,8 @@ def _decided_pair_images(db_session: Session, competition: Competition) -> list[
             PairSubset.created_at,
         )
         .join(PairImage, PairImage.subset_id == PairSubset.id)
-        .join(question_a, _question_of(question_a, PairImage.label_a))
-        .join(question_b, _question_of(question_b, PairImage.label_b))
+        .join(question_a, question_of_pair_image(question_a, PairImage.label_a))
+        .join(question_b, question_of_pair_image(question_b, PairImage.label_b))
         .where(
             PairSubset.competition_id == competition.id,
             PairImage.role == PairImageRole.selected,
@@ -299,15 +299,6 @@ def _decided_pair_images(db_session: Session, competition: Competition) -> list[
         .order_by(PairSubset.id, PairImage.position)
     ).all()
     return [(a_id, b_id, right_a, right_b, max(times)) for a_id, b_id, right_a, right_b, *times in rows]
-
-
-def _question_of(question, label_column):
-    """Join condition: the question asking about this pair image's image and the given label."""
-    return and_(
-        question.competition_id == PairSubset.competition_id,
-        question.image_id == PairImage.image_id,
-        question.class_index == label_column,
-    )
 
 
 def ranking_history(*, db_session: Session, competition: Competition) -> HistoryRead:
@@ -386,8 +377,8 @@ def pair_gallery(*, db_session: Session, competition: Competition, a_id: int, b_
         )
         .join(PairSubset, PairSubset.id == PairImage.subset_id)
         .join(Image, Image.id == PairImage.image_id)
-        .outerjoin(question_a, _question_of(question_a, PairImage.label_a))
-        .outerjoin(question_b, _question_of(question_b, PairImage.label_b))
+        .outerjoin(question_a, question_of_pair_image(question_a, PairImage.label_a))
+        .outerjoin(question_b, question_of_pair_image(question_b, PairImage.label_b))
         .where(PairImage.subset_id == subset.id)
         .order_by(PairImage.position)
     ).all()
@@ -517,14 +508,7 @@ def _own_predictions(
                 CompetitionImage.image_id == PairImage.image_id,
             ),
         )
-        .outerjoin(
-            question,
-            and_(
-                question.competition_id == PairSubset.competition_id,
-                question.image_id == PairImage.image_id,
-                question.class_index == _own_label(is_a),
-            ),
-        )
+        .outerjoin(question, question_of_pair_image(question, _own_label(is_a)))
         .where(
             PairSubset.competition_id == competition.id,
             (PairSubset.classifier_a_id == classifier.id) | (PairSubset.classifier_b_id == classifier.id),
