@@ -570,6 +570,13 @@ lease slot (other annotators' running leases fewer than the votes it needs), loc
 
 _ANY_OPEN_FOR_USER = select(exists().where(*_OPEN_FOR_USER))
 
+_LOCK_ITEM_UNLESS_LOCKED = (
+    select(_items.c.id, _items.c.image_id, _items.c.discarded)
+    .where(_items.c.competition_id == bindparam("competition_id"), _items.c.image_id == bindparam("image_id"))
+    .with_for_update(skip_locked=True)
+)
+"""An image's item, locked; no row when another transaction holds its lock."""
+
 _PENDING = (
     select(
         _questions.c.id,
@@ -648,7 +655,9 @@ def _gold_due(db_session: Session, competition: Competition, user: User) -> bool
 
 def _gold_item(db_session: Session, competition: Competition, user: User) -> tuple[int, int, bool] | None:
     """(item id, image id, discarded) of a random item with a gold question this annotator has not
-    answered, on an image they did not flag; locked."""
+    answered, on an image they did not flag; locked. None when there is none, or when another request
+    holds that item's lock (an undo of it, say): the queue's next item is given instead of waiting, as a
+    submit that brings the next item holds locks an undo waits for."""
     image_id = db_session.scalar(
         select(Question.image_id)
         .where(
@@ -666,8 +675,9 @@ def _gold_item(db_session: Session, competition: Competition, user: User) -> tup
     )
     if image_id is None:
         return None
-    item = _lock_item(db_session, competition, image_id)
-    return item.id, item.image_id, item.discarded
+    return db_session.execute(
+        _LOCK_ITEM_UNLESS_LOCKED, {"competition_id": competition.id, "image_id": image_id}
+    ).first()
 
 
 def _present(

@@ -13,19 +13,21 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
-from sqlalchemy import select
+import pytest
+from sqlalchemy import select, text
 
 from app.competitions.models import Competition
 from app.competitions.schemas import CompetitionCreate
 from app.competitions.service import create_competition
 from app.db import create_db_engine, create_sessionmaker
 from app.errors import Conflict
+from app.images.models import Image
 from app.labelling import rules, service
 from app.labelling.models import LabelItem, Question, UndoDepth, Vote
 from app.users import service as users_service
 from app.users.models import Role, User
 from tests.conftest import make_user
-from tests.labelling.factories import answer_next, labelling_competition
+from tests.labelling.factories import add_images, answer_next, labelling_competition
 
 ANNOTATORS = 50
 BUSY_PAUSE_S = 0.02
@@ -213,5 +215,55 @@ def test_two_undos_at_once_neither_fail_nor_take_back_the_same_answer(fresh_data
             assert db_session.get_one(UndoDepth, (competition_id, user_id)).depth == len(undone)
             for question in db_session.scalars(select(Question)):
                 assert question.yes_votes + question.no_votes == votes[question.id]
+    finally:
+        engine.dispose()
+
+
+def test_next_does_not_wait_for_a_gold_image_another_request_has_locked(fresh_database_url):
+    """An undo locks its image's item before the annotator's undo row; a submit that brings the next item
+    holds that row when it picks a gold image, so waiting for the gold item's lock there would deadlock."""
+    if fresh_database_url.startswith("sqlite"):
+        pytest.skip("SQLite serialises writers: no row locks to wait for")
+    engine = create_db_engine(fresh_database_url)
+    sessions = create_sessionmaker(engine)
+    with sessions() as db_session:
+        competition = create_competition(
+            db_session=db_session, spec=CompetitionCreate(name="gold-held", k=4, gold_rate=0.5)
+        )
+        labelling_competition(db_session, competition, classifiers=2, images_per_pair=4)
+        (gold_image_id,) = add_images(db_session, competition, 1, seed=99)  # selected by no pair
+        gold_sha256 = db_session.get_one(Image, gold_image_id).sha256
+        service.add_gold_questions(
+            db_session=db_session,
+            competition=competition,
+            image_sha256=gold_sha256,
+            answers=[(7, True), (8, False)],
+        )
+        user = make_user(db_session, "gold-held", Role.annotator)
+        db_session.commit()
+        competition_id, user_id = competition.id, user.id
+    try:
+        with sessions() as holder, sessions() as db_session:
+            holder.execute(select(LabelItem).where(LabelItem.image_id == gold_image_id).with_for_update())
+            db_session.execute(text("SET LOCAL lock_timeout = '5s'"))
+            given = service.next_item(
+                db_session=db_session,
+                competition=db_session.get_one(Competition, competition_id),
+                user=db_session.get_one(User, user_id),
+            ).item
+            assert given is not None and given.image_sha256 != gold_sha256  # the queue's, at once
+            holder.rollback()
+            db_session.commit()
+        with sessions() as db_session:  # the gold image comes once it is free again
+            competition = db_session.get_one(Competition, competition_id)
+            user = db_session.get_one(User, user_id)
+            service.submit_answers(
+                db_session=db_session,
+                competition=competition,
+                user=user,
+                answers=[service.Answer(q.question_id, True, 1.0) for q in given.questions],
+            )
+            after = service.next_item(db_session=db_session, competition=competition, user=user).item
+            assert after is not None and after.image_sha256 == gold_sha256
     finally:
         engine.dispose()
