@@ -53,7 +53,7 @@ from app.db import create_db_engine, create_sessionmaker  # noqa: E402
 from app.migrate import upgrade  # noqa: E402
 from app.users import service as users_service  # noqa: E402
 from app.users.models import Role  # noqa: E402
-from benchmarks.open_questions import open_questions_competition  # noqa: E402
+from benchmarks.open_questions import analyze, open_questions_competition  # noqa: E402
 
 POSTGRES_URL = os.environ.get("MAD_TEST_POSTGRES_URL", "postgresql+psycopg://root@127.0.0.1:5432/postgres")
 TRUTH_RATE = 0.9
@@ -112,16 +112,9 @@ def fill(
             tokens.append(users_service.create_api_token(db_session=db_session, user=user, name="bench"))
         db_session.commit()
         competition_id = competition.id
-    _analyze(engine)
+    analyze(engine)
     engine.dispose()
     return competition_id, tokens, truth, time.perf_counter() - started
-
-
-def _analyze(engine) -> None:
-    """Give the planner statistics of the bulk-loaded tables, as after any bulk load: autovacuum would
-    only get to it a minute later, and until then the queue's plans assume empty tables."""
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
-        connection.exec_driver_sql("ANALYZE")
 
 
 class Server:

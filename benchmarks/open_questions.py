@@ -12,7 +12,7 @@ import random
 from itertools import combinations, islice
 
 import numpy as np
-from sqlalchemy import insert, select
+from sqlalchemy import Engine, insert, select
 from sqlalchemy.orm import Session
 
 from app.classifiers.models import Classifier, ClassifierSource, ClassifierStatus
@@ -75,6 +75,13 @@ def open_questions_competition(
         select(Question.id).where(Question.competition_id == competition.id).order_by(Question.id)
     )
     return competition, {question_id: truth_rng.random() < 0.5 for question_id in question_ids}
+
+
+def analyze(engine: Engine) -> None:
+    """Give the planner statistics of the bulk-loaded tables, as after any bulk load: autovacuum would
+    only get to it a minute later, and until then the queue's plans assume empty tables."""
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+        connection.exec_driver_sql("ANALYZE")
 
 
 def _bulk_images(db_session: Session, competition_id: int, name: str, count: int) -> list[int]:

@@ -67,7 +67,7 @@ from app.migrate import upgrade  # noqa: E402
 from app.settings import Settings  # noqa: E402
 from app.users import service as users_service  # noqa: E402
 from app.users.models import Role  # noqa: E402
-from benchmarks.open_questions import open_questions_competition  # noqa: E402
+from benchmarks.open_questions import analyze, open_questions_competition  # noqa: E402
 
 POSTGRES_URL = os.environ.get("MAD_TEST_POSTGRES_URL", "postgresql+psycopg://root@127.0.0.1:5432/postgres")
 SECRET_KEY = "soak-secret-key-" + "x" * 32
@@ -191,6 +191,7 @@ def fill(settings: Settings, questions: int, annotators: int, images: int, seed:
             "worker_token": worker_token,
             "truth": truth,
         }
+    analyze(engine)
     engine.dispose()
     world["setup_s"] = time.perf_counter() - started
     return world
