@@ -3,12 +3,13 @@
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 from fastapi import Depends, Request
 from sqlalchemy import DateTime, Engine, Enum, MetaData, create_engine, event
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 from sqlalchemy.types import TypeDecorator
+from starlette.concurrency import run_in_threadpool
 
 from app.errors import InvalidInput
 
@@ -140,6 +141,25 @@ async def database_gate(request: Request) -> AsyncIterator[None]:
     """
     async with request.app.state.database_gate:
         yield
+
+
+Chunk = TypeVar("Chunk")
+
+
+async def through_database_gate(request: Request, chunks: Iterator[Chunk]) -> AsyncIterator[Chunk]:
+    """A streamed response's chunks, each made in a thread once the database gate lets it in.
+
+    Streamed exports read the database between chunks with sessions of their own; made in threads without
+    passing the gate, forty of them waiting for connections could take every thread from the requests
+    that hold the connections, as above.
+    """
+    end = object()
+    while True:
+        async with request.app.state.database_gate:
+            chunk = await run_in_threadpool(next, chunks, end)
+        if chunk is end:
+            return
+        yield chunk
 
 
 def get_session(

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.classifiers.service import get_classifier
 from app.competitions.models import Competition
 from app.competitions.service import get_competition
-from app.db import SessionDep
+from app.db import SessionDep, through_database_gate
 from app.errors import InvalidInput
 from app.leaderboard import exports, service, snapshots
 from app.leaderboard.schemas import (
@@ -261,7 +261,7 @@ def _export(
     """Stream one export table of the competition in the format."""
     source = exports.ExportSource(sessions, competition, request.app.state.settings)
     return StreamingResponse(
-        exports.encode(exports.TABLES[table], source, export_format),
+        through_database_gate(request, exports.encode(exports.TABLES[table], source, export_format)),
         media_type=exports.MEDIA_TYPES[export_format],
         headers={"Content-Disposition": f'attachment; filename="{competition.name}-{table}.{export_format}"'},
     )

@@ -23,11 +23,21 @@ CONCURRENT_REQUESTS = 120  # beyond the 40 threads Starlette runs endpoints and 
 
 def annotator_token(database_url: str) -> str:
     """An annotator's API token on this database."""
+    return token_of_new_user(database_url, "ann", Role.annotator)
+
+
+def admin_token(database_url: str) -> str:
+    """An admin's API token on this database."""
+    return token_of_new_user(database_url, "boss", Role.admin)
+
+
+def token_of_new_user(database_url: str, username: str, role: Role) -> str:
+    """The API token of a new account with this role."""
     engine = create_db_engine(database_url)
     try:
         with create_sessionmaker(engine)() as session:
             user = users_service.create_user(
-                db_session=session, username="ann", role=Role.annotator, password="long enough"
+                db_session=session, username=username, role=role, password="long enough"
             )
             token = users_service.create_api_token(db_session=session, user=user, name="test")
             session.commit()
@@ -53,3 +63,26 @@ def test_more_concurrent_requests_than_connections_all_succeed(tmp_path, fresh_d
             )
     app.state.engine.dispose()
     assert statuses == [200] * CONCURRENT_REQUESTS
+
+
+def test_streamed_exports_beside_other_requests_all_succeed(tmp_path, fresh_database_url):
+    """Exports read the database while they stream, with sessions of their own, so each chunk passes the
+    gate too: the stream must only start once the export request's own session has left it (a gate of one
+    on SQLite would otherwise wait for itself), and every export and request beside them must succeed."""
+    settings = Settings(
+        env="test",
+        data_dir=tmp_path / "data",
+        database_url=fresh_database_url,
+        secret_key=TEST_SECRET_KEY,
+        db_pool_size=POOL_SIZE,
+    )
+    headers = {"Authorization": f"Bearer {admin_token(fresh_database_url)}"}
+    app = create_app(settings)
+    with serve_in_thread(app) as url, httpx.Client(base_url=url, headers=headers, timeout=120) as client:
+        competition_id = client.post("/api/v1/competitions", json={"name": "exported", "k": 4}).json()["id"]
+        paths = [f"/api/v1/competitions/{competition_id}/exports/votes", "/api/v1/me"]
+        with ThreadPoolExecutor(CONCURRENT_REQUESTS) as pool:
+            responses = list(pool.map(lambda i: client.get(paths[i % 2]), range(CONCURRENT_REQUESTS)))
+    app.state.engine.dispose()
+    assert [response.status_code for response in responses] == [200] * CONCURRENT_REQUESTS
+    assert all(response.text.startswith('"vote_id"') for response in responses[::2])
