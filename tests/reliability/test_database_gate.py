@@ -46,16 +46,22 @@ def token_of_new_user(database_url: str, username: str, role: Role) -> str:
         engine.dispose()
 
 
-def test_more_concurrent_requests_than_connections_all_succeed(tmp_path, fresh_database_url):
-    settings = Settings(
-        env="test",
-        data_dir=tmp_path / "data",
-        database_url=fresh_database_url,
-        secret_key=TEST_SECRET_KEY,
-        db_pool_size=POOL_SIZE,
+def app_with_small_pool(tmp_path, database_url: str):
+    """The application on this database with a pool of POOL_SIZE connections."""
+    return create_app(
+        Settings(
+            env="test",
+            data_dir=tmp_path / "data",
+            database_url=database_url,
+            secret_key=TEST_SECRET_KEY,
+            db_pool_size=POOL_SIZE,
+        )
     )
+
+
+def test_more_concurrent_requests_than_connections_all_succeed(tmp_path, fresh_database_url):
     headers = {"Authorization": f"Bearer {annotator_token(fresh_database_url)}"}
-    app = create_app(settings)
+    app = app_with_small_pool(tmp_path, fresh_database_url)
     with serve_in_thread(app) as url, httpx.Client(base_url=url, headers=headers, timeout=120) as client:
         with ThreadPoolExecutor(CONCURRENT_REQUESTS) as pool:
             statuses = list(
@@ -69,15 +75,8 @@ def test_streamed_exports_beside_other_requests_all_succeed(tmp_path, fresh_data
     """Exports read the database while they stream, with sessions of their own, so each chunk passes the
     gate too: the stream must only start once the export request's own session has left it (a gate of one
     on SQLite would otherwise wait for itself), and every export and request beside them must succeed."""
-    settings = Settings(
-        env="test",
-        data_dir=tmp_path / "data",
-        database_url=fresh_database_url,
-        secret_key=TEST_SECRET_KEY,
-        db_pool_size=POOL_SIZE,
-    )
     headers = {"Authorization": f"Bearer {admin_token(fresh_database_url)}"}
-    app = create_app(settings)
+    app = app_with_small_pool(tmp_path, fresh_database_url)
     with serve_in_thread(app) as url, httpx.Client(base_url=url, headers=headers, timeout=120) as client:
         competition_id = client.post("/api/v1/competitions", json={"name": "exported", "k": 4}).json()["id"]
         paths = [f"/api/v1/competitions/{competition_id}/exports/votes", "/api/v1/me"]
