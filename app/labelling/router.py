@@ -1,9 +1,20 @@
-"""Labelling API: lease the next image, answer, flag, undo, progress; gold and annotators (admin)."""
+"""Labelling API: lease the next image, answer, flag, undo, progress; gold and annotators (admin).
 
-from fastapi import APIRouter, status
+The annotator's endpoints are the hot path (every answer passes through them): a dependency reads the
+caller and the competition in one query, and the endpoint does the rest of its database work, commit
+included, in one more worker thread (app.db.in_one_thread). The admin endpoints use the usual
+dependencies.
+"""
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request, status
+from sqlalchemy.orm import Session
 
 from app.competitions.service import get_competition
-from app.db import SessionDep
+from app.db import SessionDep, in_one_thread
+from app.errors import NotFound
 from app.labelling import service
 from app.labelling.schemas import (
     AnnotatorStatsRead,
@@ -18,102 +29,152 @@ from app.labelling.schemas import (
     NextItemRead,
     UndoRead,
 )
-from app.users.auth import AdminUser, AnnotatorUser
+from app.users import service as users_service
+from app.users.auth import (
+    ANNOTATOR_ROLES,
+    AdminUser,
+    CredentialsDep,
+    check_role,
+    identify,
+    require_caller,
+)
 
 router = APIRouter(prefix="/api/v1/competitions/{competition_id}/labelling", tags=["labelling"])
 
 
+@dataclass(frozen=True)
+class LabellingCall:
+    """Who labels (an annotator or an admin) and in which competition."""
+
+    labeller: service.Labeller
+    competition: service.LabellingSettings
+
+
+def labelling_call(
+    competition_id: int, request: Request, db_session: SessionDep, credentials: CredentialsDep
+) -> LabellingCall:
+    """The caller and the competition, read in one query: 401, 403, then 404 (before the body is read)."""
+    caller = require_caller(
+        identify(
+            request,
+            credentials,
+            lambda given: service.labelling_caller(
+                db_session=db_session,
+                token=given.token,
+                user_id=given.session_user_id,
+                competition_id=competition_id,
+            ),
+        )
+    )
+    if caller.token_id is not None:
+        users_service.record_token_use(
+            db_session=db_session, token_id=caller.token_id, last_used_at=caller.token_last_used_at
+        )
+    check_role(caller.labeller, ANNOTATOR_ROLES)
+    if caller.competition is None:
+        raise NotFound(f"no competition with id {competition_id}")
+    return LabellingCall(caller.labeller, caller.competition)
+
+
+LabellingCallDep = Annotated[LabellingCall, Depends(labelling_call)]
+
+
 @router.post("/next", summary="Lease the next image to label")
-def next_item(competition_id: int, db_session: SessionDep, user: AnnotatorUser) -> NextItemRead:
+async def next_item(db_session: SessionDep, call: LabellingCallDep) -> NextItemRead:
     """The image the caller should label now with its yes/no questions, leased to them for two minutes.
 
     A reload returns the same image while the lease runs. Never an image the caller flagged or a question
     they answered; images already partly voted come first. `status` is `busy` when every open image is
     leased to others (ask again shortly) and `finished` when nothing is left for the caller.
     """
-    competition = service.get_competition_for_labelling(db_session=db_session, competition_id=competition_id)
-    return _next_item_read(service.next_item(db_session=db_session, competition=competition, user=user))
+    return await in_one_thread(db_session, lambda: _lease_next(db_session, call))
 
 
-def _next_item_read(result: service.NextItem) -> NextItemRead:
-    """The API view of the next item."""
+def _lease_next(db_session: Session, call: LabellingCall) -> NextItemRead:
+    """Lease the caller's next item; its API view."""
+    result = service.next_item(db_session=db_session, competition=call.competition, user=call.labeller)
     return NextItemRead(status=result.status, item=None if result.item is None else ItemRead.of(result.item))
 
 
 @router.post("/answers", summary="Answer questions of one image")
-def submit_answers(
-    competition_id: int, body: AnswersCreate, db_session: SessionDep, user: AnnotatorUser
-) -> AnswersRead:
+async def submit_answers(body: AnswersCreate, db_session: SessionDep, call: LabellingCallDep) -> AnswersRead:
     """Store yes/no answers with the seconds each took. A question is decided once a strict majority of the
     panel agrees (3 of 5) and is then asked no more; answers to questions decided meanwhile are listed in
     `already_decided` and not stored. Sending a stored answer again is a no-op; changing one needs undo
     (409). Only an image given to the caller (by …/next or …/undo, even if the lease has run out since) can
     be answered, and not one they flagged: 409 otherwise. With `"next": true` the response also carries the
     next image, leased as by POST …/next."""
-    competition = service.get_competition_for_labelling(db_session=db_session, competition_id=competition_id)
-    result = service.submit_answers(
-        db_session=db_session,
-        competition=competition,
-        user=user,
-        answers=[service.Answer(a.question_id, a.answer, a.seconds) for a in body.answers],
-    )
-    following = None
-    if body.next:
-        following = _next_item_read(
-            service.next_item(db_session=db_session, competition=competition, user=user)
+
+    def answer() -> AnswersRead:
+        result = service.submit_answers(
+            db_session=db_session,
+            competition=call.competition,
+            user=call.labeller,
+            answers=[service.Answer(a.question_id, a.answer, a.seconds) for a in body.answers],
         )
-    return AnswersRead(
-        recorded=result.recorded,
-        already_decided=result.already_decided,
-        item_done=result.item_done,
-        next=following,
-    )
+        return AnswersRead(
+            recorded=result.recorded,
+            already_decided=result.already_decided,
+            item_done=result.item_done,
+            next=_lease_next(db_session, call) if body.next else None,
+        )
+
+    return await in_one_thread(db_session, answer)
 
 
 @router.post("/flags", summary="Flag an image as too difficult or not a natural photo")
-def flag_image(
-    competition_id: int, body: FlagCreate, db_session: SessionDep, user: AnnotatorUser
-) -> FlagRead:
+async def flag_image(body: FlagCreate, db_session: SessionDep, call: LabellingCallDep) -> FlagRead:
     """The caller is not asked this image again. When more than 60% of the panel flag it (4 of 5), it is
     discarded for every pair that selected it and each pair's next reserve image is asked instead. Only an
     image given to the caller (by …/next or …/undo) can be flagged, and only while it still has questions
     for them: 409 otherwise (never given, or decided or discarded meanwhile). Flagging again is a no-op."""
-    competition = service.get_competition_for_labelling(db_session=db_session, competition_id=competition_id)
-    discarded = service.flag_image(
-        db_session=db_session, competition=competition, user=user, item_id=body.item_id
-    )
-    return FlagRead(discarded=discarded)
+
+    def flag() -> FlagRead:
+        discarded = service.flag_image(
+            db_session=db_session, competition=call.competition, user=call.labeller, item_id=body.item_id
+        )
+        return FlagRead(discarded=discarded)
+
+    return await in_one_thread(db_session, flag)
 
 
 @router.post("/undo", summary="Undo the last answer or flag")
-def undo(competition_id: int, db_session: SessionDep, user: AnnotatorUser) -> UndoRead:
+async def undo(db_session: SessionDep, call: LabellingCallDep) -> UndoRead:
     """Take back the caller's latest answer (or flag) and lease its image again with the undone question
     first. Up to ten steps back; 404 when there is nothing to undo, 409 past ten, when the panel has
     already discarded a flagged image, or when another of the caller's requests changed their latest answer
     meanwhile (try again)."""
-    competition = service.get_competition_for_labelling(db_session=db_session, competition_id=competition_id)
-    result = service.undo_last(db_session=db_session, competition=competition, user=user)
-    return UndoRead(
-        undone=result.undone,
-        question_id=result.question_id,
-        item=None if result.item is None else ItemRead.of(result.item),
-    )
+
+    def take_back() -> UndoRead:
+        result = service.undo_last(db_session=db_session, competition=call.competition, user=call.labeller)
+        return UndoRead(
+            undone=result.undone,
+            question_id=result.question_id,
+            item=None if result.item is None else ItemRead.of(result.item),
+        )
+
+    return await in_one_thread(db_session, take_back)
 
 
 @router.get("/me", summary="My labelling progress")
-def my_stats(competition_id: int, db_session: SessionDep, user: AnnotatorUser) -> MyStatsRead:
+async def my_stats(db_session: SessionDep, call: LabellingCallDep) -> MyStatsRead:
     """Answers today (UTC) and in total, flags, accuracy on gold questions, and images left to label."""
-    competition = service.get_competition_for_labelling(db_session=db_session, competition_id=competition_id)
-    (stats,) = service.annotator_stats(db_session=db_session, competition=competition, user_ids=[user.id])
-    return MyStatsRead(
-        answered_today=stats.answered_today,
-        answered_total=stats.answered_total,
-        flagged=stats.flagged,
-        images_left=service.images_left(db_session=db_session, competition=competition),
-        gold_answered=stats.gold_answered,
-        gold_correct=stats.gold_correct,
-        gold_accuracy=stats.gold_accuracy,
-    )
+
+    def progress() -> MyStatsRead:
+        (stats,) = service.annotator_stats(
+            db_session=db_session, competition=call.competition, user_ids=[call.labeller.id]
+        )
+        return MyStatsRead(
+            answered_today=stats.answered_today,
+            answered_total=stats.answered_total,
+            flagged=stats.flagged,
+            images_left=service.images_left(db_session=db_session, competition=call.competition),
+            gold_answered=stats.gold_answered,
+            gold_correct=stats.gold_correct,
+            gold_accuracy=stats.gold_accuracy,
+        )
+
+    return await in_one_thread(db_session, progress)
 
 
 @router.get("/annotators", summary="Annotators' progress and gold accuracy (admin)")

@@ -12,9 +12,9 @@ from datetime import datetime, timedelta
 from functools import cache
 
 import numpy as np
-from sqlalchemy import Boolean, and_, bindparam, case, delete, exists, func, insert, or_, select, update
+from sqlalchemy import Boolean, and_, bindparam, case, delete, exists, func, insert, null, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.orm import Session, aliased, defer
+from sqlalchemy.orm import Session, aliased
 
 from app.classifiers.models import Classifier
 from app.competitions.models import Competition
@@ -34,7 +34,8 @@ from app.labelling.models import (
     UndoDepth,
     Vote,
 )
-from app.users.models import User
+from app.security import hash_api_token
+from app.users.models import ApiToken, Role, User
 
 LEASE_TTL = timedelta(minutes=2)
 MAX_LEASE_ATTEMPTS = 8
@@ -474,26 +475,91 @@ def pair_outcomes(*, db_session: Session, competition: Competition) -> dict[tupl
     return {pair: np.array(labelled, dtype=bool).reshape(-1, 2) for pair, labelled in outcomes.items()}
 
 
-# Handing out items -------------------------------------------------------------------------------------
+# The caller of a labelling request ---------------------------------------------------------------------
 
 
-_COMPETITION_FOR_LABELLING = (
-    select(Competition)
-    .options(
-        defer(Competition.class_keys), defer(Competition.class_names), defer(Competition.taxonomy_source)
-    )
-    .where(Competition.id == bindparam("competition_id"))
+@dataclass(frozen=True)
+class Labeller:
+    """The account behind a labelling request, as much of it as labelling reads."""
+
+    id: int
+    role: Role
+    votes_excluded: bool
+
+
+@dataclass(frozen=True)
+class LabellingSettings:
+    """What labelling reads of a competition: its id, its creation time (which keys the cached class
+    names), the panel size and the gold rate."""
+
+    id: int
+    created_at: datetime
+    panel_size: int
+    gold_rate: float
+
+
+@dataclass(frozen=True)
+class LabellingCaller:
+    """An annotator's request resolved in one query: who calls, the competition (None when there is no
+    such competition), and the token they called with (id and last use) if any."""
+
+    labeller: Labeller
+    competition: LabellingSettings | None
+    token_id: int | None
+    token_last_used_at: datetime | None
+
+
+_users = User.__table__
+_api_tokens = ApiToken.__table__
+_competitions = Competition.__table__
+_CALLER_COLUMNS = (
+    _users.c.id,
+    _users.c.role,
+    _users.c.votes_excluded,
+    _competitions.c.id.label("competition_id"),
+    _competitions.c.created_at,
+    _competitions.c.panel_size,
+    _competitions.c.gold_rate,
 )
-"""A competition without its large label set (built once: every labelling request runs it)."""
+_WITH_COMPETITION = (_competitions, _competitions.c.id == bindparam("competition_id"))
+_CALLER_BY_TOKEN = (
+    select(*_CALLER_COLUMNS, _api_tokens.c.id.label("token_id"), _api_tokens.c.last_used_at)
+    .select_from(_users.join(_api_tokens, _api_tokens.c.user_id == _users.c.id).outerjoin(*_WITH_COMPETITION))
+    .where(_api_tokens.c.token_hash == bindparam("token_hash"), _users.c.is_active)
+)
+_CALLER_BY_ID = (
+    select(*_CALLER_COLUMNS, null().label("token_id"), null().label("last_used_at"))
+    .select_from(_users.outerjoin(*_WITH_COMPETITION))
+    .where(_users.c.id == bindparam("user_id"), _users.c.is_active)
+)
 
 
-def get_competition_for_labelling(*, db_session: Session, competition_id: int) -> Competition:
-    """The competition with its large label set left unloaded (annotators' requests need a few class names,
-    read through _class_names); NotFound if there is none."""
-    competition = db_session.scalar(_COMPETITION_FOR_LABELLING, {"competition_id": competition_id})
-    if competition is None:
-        raise NotFound(f"no competition with id {competition_id}")
-    return competition
+def labelling_caller(
+    *, db_session: Session, token: str | None, user_id: int | None, competition_id: int
+) -> LabellingCaller | None:
+    """The active account owning this API token (or else with this id) and the competition's labelling
+    settings, in one query; None when no active account matches."""
+    if token is not None:
+        row = db_session.execute(
+            _CALLER_BY_TOKEN, {"token_hash": hash_api_token(token), "competition_id": competition_id}
+        ).first()
+    else:
+        row = db_session.execute(
+            _CALLER_BY_ID, {"user_id": user_id, "competition_id": competition_id}
+        ).first()
+    if row is None:
+        return None
+    competition = (
+        None
+        if row.competition_id is None
+        else LabellingSettings(row.competition_id, row.created_at, row.panel_size, row.gold_rate)
+    )
+    return LabellingCaller(
+        Labeller(row.id, row.role, row.votes_excluded), competition, row.token_id, row.last_used_at
+    )
+
+
+# Handing out items -------------------------------------------------------------------------------------
 
 
 _class_names_cache: dict[tuple[int, datetime], tuple[str, ...]] = {}

@@ -4,12 +4,15 @@ Cookie-authenticated requests that change state must carry the session's CSRF to
 X-CSRF-Token header (JavaScript, htmx) or a csrf_token form field (plain forms).
 """
 
-from typing import Annotated
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Protocol, TypeVar
 from urllib.parse import quote
 
 from fastapi import Depends, Request
 from fastapi.responses import RedirectResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.orm import Session
 
 from app.db import SessionDep
 from app.errors import Forbidden, NotAuthenticated
@@ -20,6 +23,15 @@ from app.users.models import Role, User
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 CSRF_HEADER = "X-CSRF-Token"
 CSRF_FIELD = "csrf_token"
+
+
+class HasRole(Protocol):
+    """An account as far as access checks go (a User, or the labelling hot path's lighter row)."""
+
+    role: Role
+
+
+UserWithRole = TypeVar("UserWithRole", bound=HasRole)
 
 bearer_scheme = HTTPBearer(auto_error=False, description="An API token made with `mad users token USERNAME`.")
 
@@ -37,7 +49,7 @@ async def check_csrf(request: Request) -> None:
     """Refuse a state-changing request whose CSRF token (header or form field) does not match the session's.
 
     Form-posting pages declare this dependency (it reads the form, so it is async and touches no database);
-    JSON requests authenticated by the cookie are checked in `optional_user` through the header.
+    JSON requests authenticated by the cookie are checked in `identify` through the header.
     """
     if request.method in SAFE_METHODS:
         return
@@ -59,29 +71,74 @@ def _require_csrf_header(request: Request) -> None:
         raise Forbidden("missing or wrong CSRF token: reload the page and try again")
 
 
-def optional_user(
+@dataclass(frozen=True)
+class Credentials:
+    """Who a request says it is, read without the database: an API token, or the signed-in user's id from
+    the session cookie (neither when anonymous)."""
+
+    token: str | None = None
+    session_user_id: int | None = None
+
+
+async def request_credentials(
     request: Request,
-    db_session: SessionDep,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
-) -> User | None:
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
+) -> Credentials:
+    """The request's credentials, a bearer token first (async: it reads only headers and the cookie)."""
+    if bearer is not None:
+        return Credentials(token=bearer.credentials)
+    return Credentials(session_user_id=request.session.get("user_id"))
+
+
+CredentialsDep = Annotated[Credentials, Depends(request_credentials)]
+
+Caller = TypeVar("Caller")
+
+
+def identify(
+    request: Request, credentials: Credentials, lookup: Callable[[Credentials], Caller | None]
+) -> Caller | None:
+    """The caller that lookup finds for the credentials, or None when anonymous.
+
+    A token that finds no active user is 401. A session cookie whose user is gone or paused is ended
+    (anonymous again); a cookie-authenticated state change needs the X-CSRF-Token header.
+    """
+    if credentials.token is not None:
+        caller = lookup(credentials)
+        if caller is None:
+            raise NotAuthenticated("invalid or revoked API token")
+        return caller
+    if credentials.session_user_id is None:
+        return None
+    caller = lookup(credentials)
+    if caller is None:
+        request.session.clear()
+        return None
+    _require_csrf_header(request)
+    return caller
+
+
+def require_caller(caller: Caller | None) -> Caller:
+    """The identified caller, or 401 for an anonymous one."""
+    if caller is None:
+        raise NotAuthenticated("sign in or send an API token (Authorization: Bearer mad_…)")
+    return caller
+
+
+def optional_user(request: Request, db_session: SessionDep, credentials: CredentialsDep) -> User | None:
     """The caller, from a bearer token or else the session cookie; None when anonymous.
 
     Synchronous on purpose: database work must not run on the event loop.
     """
-    if credentials is not None:
-        user = service.user_for_token(db_session=db_session, token=credentials.credentials)
-        if user is None:
-            raise NotAuthenticated("invalid or revoked API token")
-        return user
-    user_id = request.session.get("user_id")
-    if user_id is None:
-        return None
-    user = db_session.get(User, user_id)
-    if user is None or not user.is_active:
-        request.session.clear()
-        return None
-    _require_csrf_header(request)
-    return user
+    return identify(request, credentials, lambda found: _active_user(db_session, found))
+
+
+def _active_user(db_session: Session, credentials: Credentials) -> User | None:
+    """The active user owning the token, or the session's user if still active."""
+    if credentials.token is not None:
+        return service.user_for_token(db_session=db_session, token=credentials.token)
+    user = db_session.get(User, credentials.session_user_id)
+    return user if user is not None and user.is_active else None
 
 
 OptionalUser = Annotated[User | None, Depends(optional_user)]
@@ -89,15 +146,13 @@ OptionalUser = Annotated[User | None, Depends(optional_user)]
 
 async def current_user(user: OptionalUser) -> User:
     """The signed-in caller, or 401 (async: it only inspects the loaded user, so it needs no thread)."""
-    if user is None:
-        raise NotAuthenticated("sign in or send an API token (Authorization: Bearer mad_…)")
-    return user
+    return require_caller(user)
 
 
 CurrentUser = Annotated[User, Depends(current_user)]
 
 
-def check_role(user: User, roles: tuple[Role, ...]) -> User:
+def check_role(user: UserWithRole, roles: tuple[Role, ...]) -> UserWithRole:
     """The user when their role is one of `roles`, else 403 naming the roles needed."""
     if user.role not in roles:
         allowed = " or ".join(r.value for r in roles)
@@ -125,9 +180,7 @@ def require_roles(*roles: Role):
 ADMIN_ROLES = (Role.admin,)
 ANNOTATOR_ROLES = (Role.annotator, Role.admin)
 require_admin = require_roles(*ADMIN_ROLES)
-require_annotator = require_roles(*ANNOTATOR_ROLES)
 require_worker = require_roles(Role.worker, Role.admin)
 
 AdminUser = Annotated[User, Depends(require_admin)]
-AnnotatorUser = Annotated[User, Depends(require_annotator)]
 WorkerUser = Annotated[User, Depends(require_worker)]

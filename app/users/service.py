@@ -2,7 +2,7 @@
 
 import os
 import socket
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy import bindparam, delete, func, select, update
 from sqlalchemy.orm import Session
@@ -80,10 +80,23 @@ def user_for_token(*, db_session: Session, token: str) -> User | None:
     if row is None:
         return None
     user, token_id, last_used_at = row
+    record_token_use(db_session=db_session, token_id=token_id, last_used_at=last_used_at)
+    return user
+
+
+_RECORD_TOKEN_USE = (
+    update(ApiToken.__table__)
+    .where(ApiToken.id == bindparam("token_id"))
+    .values(last_used_at=bindparam("now"))
+)
+
+
+def record_token_use(*, db_session: Session, token_id: int, last_used_at: datetime | None) -> None:
+    """Note that a token was used now, at most once a minute (so a token's last use costs no write on most
+    requests)."""
     now = utcnow()
     if last_used_at is None or now - last_used_at > TOKEN_USE_RESOLUTION:
-        db_session.execute(update(ApiToken).where(ApiToken.id == token_id).values(last_used_at=now))
-    return user
+        db_session.execute(_RECORD_TOKEN_USE, {"token_id": token_id, "now": now})
 
 
 LOCAL_WORKER = "local-worker"
