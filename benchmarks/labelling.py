@@ -88,6 +88,13 @@ class Database:
             admin.execute(f'CREATE DATABASE "{self.name}"')
         self.url = server.set(database=self.name).render_as_string(hide_password=False)
 
+    def analyze(self) -> None:
+        """Refresh the planner's statistics, as autovacuum does on a production server once labelling has
+        filled the votes and assignments tables (this machine's Postgres runs without autovacuum)."""
+        engine = create_db_engine(self.url)
+        analyze(engine)
+        engine.dispose()
+
     def drop(self) -> None:
         """Remove the Postgres database."""
         if self.backend == "postgres":
@@ -296,12 +303,16 @@ def cpu_seconds(root_pid: int) -> float:
     return total
 
 
-async def phase(tasks_of, warmup_s: float, duration_s: float, server_pid: int) -> tuple[float, float]:
-    """Start tasks_of(stop, measuring), measure for duration_s after warmup_s, stop them; the seconds
-    measured and the server's CPU seconds in that time."""
+async def phase(
+    tasks_of, warmup_s: float, duration_s: float, server_pid: int, after_warmup=None
+) -> tuple[float, float]:
+    """Start tasks_of(stop, measuring), measure for duration_s after warmup_s (and after_warmup(), run in a
+    thread, if given), stop them; the seconds measured and the server's CPU seconds in that time."""
     stop, measuring = asyncio.Event(), asyncio.Event()
     tasks = [asyncio.create_task(task) for task in tasks_of(stop, measuring)]
     await asyncio.sleep(warmup_s)
+    if after_warmup is not None:
+        await asyncio.to_thread(after_warmup)
     measuring.set()
     started, cpu_started = time.perf_counter(), cpu_seconds(server_pid)
     await asyncio.sleep(duration_s)
@@ -312,7 +323,9 @@ async def phase(tasks_of, warmup_s: float, duration_s: float, server_pid: int) -
     return elapsed, cpu
 
 
-async def load(crowd: list[Annotator], args: argparse.Namespace, server_pid: int) -> tuple[float, float]:
+async def load(
+    crowd: list[Annotator], args: argparse.Namespace, server_pid: int, database: Database
+) -> tuple[float, float]:
     """The baseline, then the labelling; the labelling's seconds measured and server CPU seconds."""
     await phase(
         lambda stop, measuring: [a.run_baseline(stop, measuring) for a in crowd],
@@ -325,6 +338,7 @@ async def load(crowd: list[Annotator], args: argparse.Namespace, server_pid: int
         args.warmup,
         args.duration,
         server_pid,
+        after_warmup=database.analyze,
     )
 
 
@@ -365,7 +379,7 @@ def run(args: argparse.Namespace) -> dict:
             )
             for seed, token in enumerate(tokens)
         ]
-        elapsed, server_cpu_s = asyncio.run(load(crowd, args, server.process.pid))
+        elapsed, server_cpu_s = asyncio.run(load(crowd, args, server.process.pid, database))
         answers = sum(annotator.answers for annotator in crowd)
         samples = {
             name: [value for annotator in crowd for value in getattr(annotator, f"{name}_ms")]

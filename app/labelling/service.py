@@ -12,13 +12,27 @@ from datetime import datetime, timedelta
 from functools import cache
 
 import numpy as np
-from sqlalchemy import Boolean, and_, bindparam, case, delete, exists, func, insert, null, or_, select, update
+from sqlalchemy import (
+    Boolean,
+    and_,
+    bindparam,
+    case,
+    delete,
+    exists,
+    func,
+    insert,
+    literal_column,
+    null,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, aliased
 
 from app.classifiers.models import Classifier
 from app.competitions.models import Competition
-from app.db import utcnow
+from app.db import HotStatement, pipelined, utcnow
 from app.errors import Conflict, InvalidInput, NotFound
 from app.images.models import CompetitionImage, Image
 from app.labelling import rules
@@ -522,12 +536,12 @@ _CALLER_COLUMNS = (
     _competitions.c.gold_rate,
 )
 _WITH_COMPETITION = (_competitions, _competitions.c.id == bindparam("competition_id"))
-_CALLER_BY_TOKEN = (
+_CALLER_BY_TOKEN = HotStatement(
     select(*_CALLER_COLUMNS, _api_tokens.c.id.label("token_id"), _api_tokens.c.last_used_at)
     .select_from(_users.join(_api_tokens, _api_tokens.c.user_id == _users.c.id).outerjoin(*_WITH_COMPETITION))
     .where(_api_tokens.c.token_hash == bindparam("token_hash"), _users.c.is_active)
 )
-_CALLER_BY_ID = (
+_CALLER_BY_ID = HotStatement(
     select(*_CALLER_COLUMNS, null().label("token_id"), null().label("last_used_at"))
     .select_from(_users.outerjoin(*_WITH_COMPETITION))
     .where(_users.c.id == bindparam("user_id"), _users.c.is_active)
@@ -540,22 +554,21 @@ def labelling_caller(
     """The active account owning this API token (or else with this id) and the competition's labelling
     settings, in one query; None when no active account matches."""
     if token is not None:
-        row = db_session.execute(
-            _CALLER_BY_TOKEN, {"token_hash": hash_api_token(token), "competition_id": competition_id}
-        ).first()
+        rows = _CALLER_BY_TOKEN.rows(
+            db_session, {"token_hash": hash_api_token(token), "competition_id": competition_id}
+        )
     else:
-        row = db_session.execute(
-            _CALLER_BY_ID, {"user_id": user_id, "competition_id": competition_id}
-        ).first()
-    if row is None:
+        rows = _CALLER_BY_ID.rows(db_session, {"user_id": user_id, "competition_id": competition_id})
+    if not rows:
         return None
+    (row,) = rows
     competition = (
         None
         if row.competition_id is None
         else LabellingSettings(row.competition_id, row.created_at, row.panel_size, row.gold_rate)
     )
     return LabellingCaller(
-        Labeller(row.id, row.role, row.votes_excluded), competition, row.token_id, row.last_used_at
+        Labeller(row.id, Role(row.role), row.votes_excluded), competition, row.token_id, row.last_used_at
     )
 
 
@@ -586,9 +599,11 @@ _assignments = Assignment.__table__
 _questions = Question.__table__
 _votes = Vote.__table__
 _images = Image.__table__
-_LEASED = AssignmentStatus.leased.value
+_LEASED = literal_column(f"'{AssignmentStatus.leased.value}'")
+"""The status written into the SQL, not bound: with a bound status Postgres planned the hot statements
+afresh on every call (its estimate for 'leased', a rare status, beat the generic plan's every time)."""
 
-_MY_LEASES = (
+_MY_LEASES = HotStatement(
     select(_items.c.id, _items.c.image_id, _items.c.discarded)
     .join(_assignments, _assignments.c.item_id == _items.c.id)
     .where(
@@ -620,7 +635,7 @@ _LEASES_OF_OTHERS = (
     )
     .scalar_subquery()
 )
-_QUEUE_HEAD = (
+_QUEUE_HEAD = HotStatement(
     select(_items.c.id, _items.c.image_id, _items.c.discarded)
     .where(
         *_OPEN_FOR_USER,
@@ -628,7 +643,7 @@ _QUEUE_HEAD = (
         _items.c.id.not_in(bindparam("rejected", expanding=True)),
     )
     .order_by(_items.c.needed, _items.c.spread, _items.c.shuffle)
-    .limit(1)
+    .limit(literal_column("1"))
     .with_for_update(skip_locked=True, of=_items)
 )
 """The first open item in queue order that the annotator has not finished or flagged and that has a free
@@ -643,7 +658,15 @@ _LOCK_ITEM_UNLESS_LOCKED = (
 )
 """An image's item, locked; no row when another transaction holds its lock."""
 
-_PENDING = (
+_MY_VOTES_ON_QUESTION = (
+    select(func.count())
+    .where(_votes.c.question_id == _questions.c.id, _votes.c.user_id == bindparam("user_id"))
+    .scalar_subquery()
+)
+"""0 or 1: a count, not NOT EXISTS, so that the planner probes the (question, user) index for each of the
+image's few questions rather than reading every vote of the annotator, which it did with statistics
+taken before the annotator had voted (a new competition)."""
+_PENDING = HotStatement(
     select(
         _questions.c.id,
         _questions.c.class_index,
@@ -670,7 +693,7 @@ _PENDING = (
             _questions.c.gold_answer.is_not(None),
             and_(_questions.c.outcome.is_(None), bindparam("open_questions_askable", type_=Boolean)),
         ),
-        ~exists().where(_votes.c.question_id == _questions.c.id, _votes.c.user_id == bindparam("user_id")),
+        _MY_VOTES_ON_QUESTION == 0,
     )
 )
 """The questions of an image the annotator still has to answer (gold ones, and open ones unless the image
@@ -685,7 +708,7 @@ def next_item(*, db_session: Session, competition: Competition, user: User) -> N
     """
     now = utcnow()
     who = {"competition_id": competition.id, "user_id": user.id, "now": now}
-    for item_id, image_id, discarded in db_session.execute(_MY_LEASES, who).all():
+    for item_id, image_id, discarded in _MY_LEASES.rows(db_session, who):
         presented = _present(db_session, competition, item_id, image_id, discarded, user, now)
         if presented is not None:
             return NextItem(presented, "item")
@@ -696,10 +719,10 @@ def next_item(*, db_session: Session, competition: Competition, user: User) -> N
             return NextItem(presented, "item")
     rejected: list[int] = []
     for _ in range(MAX_LEASE_ATTEMPTS):
-        head = db_session.execute(_QUEUE_HEAD, {**who, "rejected": rejected}).first()
-        if head is None:
+        head = _QUEUE_HEAD.rows(db_session, {**who, "rejected": rejected})
+        if not head:
             break
-        item_id, image_id, discarded = head
+        ((item_id, image_id, discarded),) = head
         presented = _present(db_session, competition, item_id, image_id, discarded, user, now, capped=True)
         if presented is not None:
             return NextItem(presented, "item")
@@ -760,8 +783,8 @@ def _present(
     """Lease an item to the annotator with their pending questions in random order; None when nothing is
     left for them on it (the item is then marked done for them) or, if capped, when other annotators'
     running leases already match the votes it needs (counted afresh: the item row is locked by now)."""
-    pending = db_session.execute(
-        _PENDING,
+    pending = _PENDING.rows(
+        db_session,
         {
             "competition_id": competition.id,
             "image_id": image_id,
@@ -770,7 +793,7 @@ def _present(
             "now": now,
             "open_questions_askable": not discarded,
         },
-    ).all()
+    )
     if not pending:
         _set_assignment(db_session, item_id, user.id, AssignmentStatus.done, now)
         return None
@@ -791,7 +814,7 @@ def _present(
 
 
 @cache
-def _assignment_upsert(dialect_name: str, keep_flagged: bool):
+def _assignment_upsert(dialect_name: str, keep_flagged: bool) -> HotStatement:
     """INSERT … ON CONFLICT DO UPDATE of an assignment, for this dialect; a flag stands if keep_flagged."""
     dialect = postgresql if dialect_name == "postgresql" else sqlite
     statement = dialect.insert(_assignments).values(
@@ -801,14 +824,16 @@ def _assignment_upsert(dialect_name: str, keep_flagged: bool):
         leased_at=bindparam("now"),
         expires_at=bindparam("lease_until"),
     )
-    return statement.on_conflict_do_update(
-        index_elements=[_assignments.c.item_id, _assignments.c.user_id],
-        set_={
-            "status": statement.excluded.status,
-            "leased_at": statement.excluded.leased_at,
-            "expires_at": statement.excluded.expires_at,
-        },
-        where=(_assignments.c.status != AssignmentStatus.flagged.value) if keep_flagged else None,
+    return HotStatement(
+        statement.on_conflict_do_update(
+            index_elements=[_assignments.c.item_id, _assignments.c.user_id],
+            set_={
+                "status": statement.excluded.status,
+                "leased_at": statement.excluded.leased_at,
+                "expires_at": statement.excluded.expires_at,
+            },
+            where=(_assignments.c.status != AssignmentStatus.flagged.value) if keep_flagged else None,
+        )
     )
 
 
@@ -825,8 +850,8 @@ def _set_assignment(
     A flag stands unless keep_flagged is False (undoing it).
     """
     expires_at = now + LEASE_TTL if status == AssignmentStatus.leased else now
-    db_session.execute(
-        _assignment_upsert(db_session.get_bind().dialect.name, keep_flagged),
+    _assignment_upsert(db_session.get_bind().dialect.name, keep_flagged).write(
+        db_session,
         {
             "lease_item": item_id,
             "lease_user": user_id,
@@ -854,7 +879,7 @@ def _lock_item(db_session: Session, competition: Competition, image_id: int) -> 
     return item
 
 
-_LOCK_ITEMS_OF_QUESTIONS = (
+_LOCK_ITEMS_OF_QUESTIONS = HotStatement(
     select(_items.c.id, _items.c.image_id, _items.c.discarded)
     .join(
         _questions,
@@ -870,7 +895,7 @@ _LOCK_ITEMS_OF_QUESTIONS = (
 )
 """The item of each of these questions (one row per question found), locked."""
 _undo_depths = UndoDepth.__table__
-_IMAGE_QUESTIONS = (
+_IMAGE_QUESTIONS = HotStatement(
     select(
         _questions.c.id,
         _questions.c.yes_votes,
@@ -903,7 +928,7 @@ _IMAGE_QUESTIONS = (
 )
 """Every question of an image with its counted votes and the annotator's own answer, if any (and how far
 they have undone, and their assignment's status on the item)."""
-_UPDATE_COUNTS = (
+_UPDATE_COUNTS = HotStatement(
     update(_questions)
     .where(_questions.c.id == bindparam("question_id"))
     .values(
@@ -913,10 +938,19 @@ _UPDATE_COUNTS = (
         decided_at=bindparam("new_decided_at"),
     )
 )
-_UPDATE_NEEDED = (
+_INSERT_VOTE = HotStatement(
+    insert(_votes).values(
+        question_id=bindparam("question_id"),
+        user_id=bindparam("user_id"),
+        answer=bindparam("answer"),
+        seconds=bindparam("seconds"),
+        created_at=bindparam("created_at"),
+    )
+)
+_UPDATE_NEEDED = HotStatement(
     update(_items).where(_items.c.id == bindparam("item_id")).values(needed=bindparam("new_needed"))
 )
-_STEP_UP = (
+_STEP_UP = HotStatement(
     update(_undo_depths)
     .where(
         _undo_depths.c.competition_id == bindparam("of_competition"),
@@ -938,15 +972,13 @@ def submit_answers(
     if len(set(question_ids)) != len(question_ids):
         raise InvalidInput("each question may be answered once per submission")
     where = {"competition_id": competition.id, "user_id": user.id}
-    items = db_session.execute(_LOCK_ITEMS_OF_QUESTIONS, {**where, "question_ids": question_ids}).all()
+    items = _LOCK_ITEMS_OF_QUESTIONS.rows(db_session, {**where, "question_ids": question_ids})
     if len(items) != len(question_ids):
         raise NotFound("some of these questions do not exist in this competition")
     if len(set(items)) != 1:
         raise InvalidInput("the answers of one submission must be about one image")
     item = items[0]
-    rows = db_session.execute(
-        _IMAGE_QUESTIONS, {**where, "image_id": item.image_id, "item_id": item.id}
-    ).all()
+    rows = _IMAGE_QUESTIONS.rows(db_session, {**where, "image_id": item.image_id, "item_id": item.id})
     _check_may_answer(rows[0].my_status)
     questions = {row.id: _Votes(*row[:-2]) for row in rows}
     now = utcnow()
@@ -973,34 +1005,34 @@ def submit_answers(
         if question.gold_answer is None and not user.votes_excluded:
             _count_vote(question, answer.answer, +1, competition.panel_size, now)
             counted.append(question)
-    if new_votes:
-        db_session.execute(insert(_votes), new_votes)
-        if rows[0].undo_depth:
-            _step_up(db_session, competition, user)
-    if counted:
-        db_session.execute(
-            _UPDATE_COUNTS,
-            [
-                {
-                    "question_id": q.id,
-                    "yes": q.yes_votes,
-                    "no": q.no_votes,
-                    "new_outcome": q.outcome,
-                    "new_decided_at": q.decided_at,
-                }
-                for q in counted
-            ],
-        )
-        needed = _needed(item.discarded, questions.values(), competition.panel_size)
-        db_session.execute(_UPDATE_NEEDED, {"item_id": item.id, "new_needed": needed})
     item_done = not any(
         question.my_answer is None
         and (question.gold_answer is not None or (question.outcome is None and not item.discarded))
         for question in questions.values()
     )
-    status = AssignmentStatus.done if item_done else AssignmentStatus.leased
-    _set_assignment(db_session, item.id, user.id, status, now)
+    with pipelined(db_session):
+        if new_votes:
+            _INSERT_VOTE.write(db_session, new_votes)
+            if rows[0].undo_depth:
+                _step_up(db_session, competition, user)
+        if counted:
+            _UPDATE_COUNTS.write(db_session, [_counts_row(question) for question in counted])
+            needed = _needed(item.discarded, questions.values(), competition.panel_size)
+            _UPDATE_NEEDED.write(db_session, {"item_id": item.id, "new_needed": needed})
+        status = AssignmentStatus.done if item_done else AssignmentStatus.leased
+        _set_assignment(db_session, item.id, user.id, status, now)
     return SubmitResult(recorded=len(new_votes), already_decided=already_decided, item_done=item_done)
+
+
+def _counts_row(question: _Votes) -> dict:
+    """The parameters of _UPDATE_COUNTS for a question."""
+    return {
+        "question_id": question.id,
+        "yes": question.yes_votes,
+        "no": question.no_votes,
+        "new_outcome": question.outcome,
+        "new_decided_at": question.decided_at,
+    }
 
 
 def _check_may_answer(status: str | None) -> None:
@@ -1030,7 +1062,7 @@ def _decide(question: Question | _Votes, panel_size: int, now: datetime) -> None
 
 def _step_up(db_session: Session, competition: Competition, user: User) -> None:
     """A new answer or flag: the annotator climbs one step back towards their highest point."""
-    db_session.execute(_STEP_UP, {"of_competition": competition.id, "of_user": user.id})
+    _STEP_UP.write(db_session, {"of_competition": competition.id, "of_user": user.id})
 
 
 def flag_image(*, db_session: Session, competition: Competition, user: User, item_id: int) -> bool:
@@ -1077,8 +1109,8 @@ def _has_pending(
     db_session: Session, competition: Competition, item: LabelItem, user: User, now: datetime
 ) -> bool:
     """Whether the image still has questions for the annotator (gold ones, or open ones unless discarded)."""
-    pending = db_session.execute(
-        _PENDING,
+    pending = _PENDING.rows(
+        db_session,
         {
             "competition_id": competition.id,
             "image_id": item.image_id,
@@ -1087,8 +1119,8 @@ def _has_pending(
             "now": now,
             "open_questions_askable": not item.discarded,
         },
-    ).first()
-    return pending is not None
+    )
+    return bool(pending)
 
 
 def undo_last(*, db_session: Session, competition: Competition, user: User) -> UndoResult:
