@@ -115,7 +115,7 @@ async def _database_unavailable_response(
     request: Request, error: OperationalError | PoolTimeout
 ) -> JSONResponse:
     """A lost database connection (Postgres restarted, connections terminated) or a database too busy to
-    answer: 503, so clients retry; the pool reconnects on the next checkout (pool_pre_ping)."""
+    answer: 503, so clients retry; the pool replaces closed connections at checkout (app.db)."""
     response = await _mad_error_response(
         request, ServiceUnavailable("the database did not answer (connection lost or busy); try again")
     )

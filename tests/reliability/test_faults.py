@@ -5,7 +5,8 @@
   in the database exactly once, and every question's tallies match its votes.
 - Postgres: every connection of the service's database is terminated (pg_terminate_backend; the shared
   server keeps running for other test runs) three times while annotators submit; the service reconnects
-  (pool_pre_ping) and goes on, only requests in flight fail, and no acknowledged vote is lost.
+  (closed connections are replaced at checkout) and goes on, only requests in flight fail, and no
+  acknowledged vote is lost; a request sent after the connections were closed is answered.
 - Postgres stopped and started again, then restarted (pg_ctl, on a private cluster the test makes with
   initdb) while annotators submit: while it is down they get clear 503s and resend; once it is back the
   service reconnects, no request sent after that fails, and no acknowledged vote is lost.
@@ -41,6 +42,7 @@ import httpx
 import numpy as np
 import psycopg
 import pytest
+from fastapi.testclient import TestClient
 from sqlalchemy import func, make_url, select
 
 from app.classifiers import prediction_store
@@ -56,6 +58,7 @@ from app.images.models import Image
 from app.jobs.models import Job, JobStatus
 from app.jobs.service import enqueue_predictions
 from app.labelling.models import PairSubset, Question, Vote
+from app.main import create_app
 from app.migrate import upgrade
 from app.settings import Settings
 from app.users import service as users_service
@@ -305,19 +308,37 @@ def test_a_server_killed_mid_labelling_loses_no_acknowledged_vote(fresh_database
     assert stored >= acknowledged >= 100
 
 
-def terminate_backends(database_url: str) -> int:
-    """Terminate every connection to the database (not the server); how many were terminated."""
+def terminate_backends(database_url: str, wait_s: float = 0) -> int:
+    """Terminate every connection to the database (not the server), waiting up to wait_s for each to end;
+    how many were terminated."""
     url = make_url(database_url)
     with psycopg.connect(
         host=url.host, port=url.port or 5432, user=url.username, dbname="postgres", autocommit=True
     ) as admin:
         return len(
             admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                "SELECT pg_terminate_backend(pid, %s) FROM pg_stat_activity"
                 " WHERE datname = %s AND pid <> pg_backend_pid()",
-                (url.database,),
+                (int(wait_s * 1000), url.database),
             ).fetchall()
         )
+
+
+def test_a_request_after_postgres_closed_the_idle_connections_is_answered(
+    fresh_database_url, tmp_path, backend
+):
+    """The pool hands out no connection that the server closed while it sat idle: each is replaced at
+    checkout (app.db._refuse_closed_connection), so the next request is answered, not failed with 503."""
+    if backend != "postgres":
+        pytest.skip("connections to drop are Postgres's")
+    settings = Settings(
+        env="test", data_dir=tmp_path / "data", database_url=fresh_database_url, secret_key=TEST_SECRET_KEY
+    )
+    with TestClient(create_app(settings)) as client:
+        assert client.get("/healthz").status_code == 200  # a connection now waits in the pool
+        for _ in range(2):
+            assert terminate_backends(fresh_database_url, wait_s=10) >= 1
+            assert [client.get("/healthz").status_code for _ in range(3)] == [200, 200, 200]
 
 
 def test_the_service_reconnects_after_postgres_drops_its_connections(fresh_database_url, tmp_path, backend):
