@@ -294,9 +294,9 @@ Result = TypeVar("Result")
 async def in_one_thread(db_session: Session, work: Callable[[], Result]) -> Result:
     """Run a request's database work and its one commit in a single worker thread.
 
-    For the labelling hot path: a sync endpoint with sync dependencies costs a thread hop for each
-    (session, caller, endpoint, commit), and on a busy two-core server those hops cost more CPU than the
-    SQL they carry. An error rolls back as in get_session.
+    For the labelling hot path, from an async endpoint: a sync endpoint takes one thread hop for itself and
+    another for get_session's commit, and on a busy two-core server each hop costs CPU and wait. An error
+    rolls back in get_session.
     """
 
     def work_and_commit() -> Result:

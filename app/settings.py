@@ -20,7 +20,10 @@ class Settings(BaseSettings):
     database_url: str = Field(default="", description="SQLAlchemy URL; empty means SQLite in the data dir.")
     secret_key: str = Field(default=DEVELOPMENT_SECRET_KEY, description="Signs session cookies.")
     db_pool_size: int = Field(
-        default=20, ge=1, description="Postgres connections per server process; more requests wait for one."
+        default=4,
+        ge=1,
+        description="Postgres connections per server process, and so the requests it lets into the database "
+        "at once; more wait for one.",
     )
     max_image_bytes: int = Field(default=50 * 1024 * 1024, gt=0, description="Largest image file accepted.")
     max_image_pixels: int = Field(

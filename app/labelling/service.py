@@ -151,6 +151,33 @@ class _Votes:
     my_answer: bool | None
 
 
+@dataclass(frozen=True)
+class Labeller:
+    """The account behind a labelling request, as much of it as labelling reads."""
+
+    id: int
+    role: Role
+    votes_excluded: bool
+
+
+@dataclass(frozen=True)
+class LabellingSettings:
+    """What labelling reads of a competition: its id, its creation time (which keys the cached class
+    names), the panel size and the gold rate."""
+
+    id: int
+    created_at: datetime
+    panel_size: int
+    gold_rate: float
+
+
+LabellingCompetition = Competition | LabellingSettings
+"""A competition as labelling reads it: the ORM row, or the few settings the hot path reads in one query
+with its caller (id, creation time, panel size, gold rate)."""
+Annotator = User | Labeller
+"""An annotator as labelling reads them: the ORM row, or the hot path's Labeller."""
+
+
 # Storing pair subsets (called by the selection worker and Algorithm 2) ----------------------------------
 
 
@@ -270,7 +297,9 @@ def _insert(db_session: Session, model):
     return dialect.insert(model)
 
 
-def _ask(db_session: Session, competition: Competition, images: dict[int, tuple[int, Iterable[int]]]) -> None:
+def _ask(
+    db_session: Session, competition: LabellingCompetition, images: dict[int, tuple[int, Iterable[int]]]
+) -> None:
     """Create the missing questions (image, class) and label items for {image_id: (spread, classes)}."""
     if not images:
         return
@@ -323,7 +352,9 @@ def _ask(db_session: Session, competition: Competition, images: dict[int, tuple[
     _refresh_needed(db_session, competition, items)
 
 
-def _items_of_images(db_session: Session, competition: Competition, image_ids: list[int]) -> list[LabelItem]:
+def _items_of_images(
+    db_session: Session, competition: LabellingCompetition, image_ids: list[int]
+) -> list[LabelItem]:
     """The label items of these images, read afresh."""
     return list(
         db_session.scalars(
@@ -335,7 +366,7 @@ def _items_of_images(db_session: Session, competition: Competition, image_ids: l
 
 
 def _questions_of_images(
-    db_session: Session, competition: Competition, image_ids: list[int]
+    db_session: Session, competition: LabellingCompetition, image_ids: list[int]
 ) -> list[Question]:
     """Every question on these images, read afresh."""
     return list(
@@ -361,7 +392,7 @@ def _needed(discarded: bool, questions: Iterable[Question | _Votes], panel_size:
     )
 
 
-def _refresh_needed(db_session: Session, competition: Competition, items: list[LabelItem]) -> None:
+def _refresh_needed(db_session: Session, competition: LabellingCompetition, items: list[LabelItem]) -> None:
     """Recompute `needed` of these items from their questions."""
     by_image: dict[int, list[Question]] = {item.image_id: [] for item in items}
     for question in _questions_of_images(db_session, competition, list(by_image)):
@@ -371,7 +402,9 @@ def _refresh_needed(db_session: Session, competition: Competition, items: list[L
     db_session.flush()
 
 
-def _unusable_images(db_session: Session, competition: Competition, image_ids: list[int]) -> set[int]:
+def _unusable_images(
+    db_session: Session, competition: LabellingCompetition, image_ids: list[int]
+) -> set[int]:
     """Those of these images that were discarded as too difficult or excluded by an admin."""
     discarded = db_session.scalars(
         select(LabelItem.image_id).where(
@@ -390,7 +423,9 @@ def _unusable_images(db_session: Session, competition: Competition, image_ids: l
     return set(discarded) | set(excluded)
 
 
-def _promote_reserve(db_session: Session, competition: Competition, subset_id: int, spread: int) -> None:
+def _promote_reserve(
+    db_session: Session, competition: LabellingCompetition, subset_id: int, spread: int
+) -> None:
     """The pair's next usable reserve image becomes selected and is asked (paper Sec. 3.1: the k+1-th)."""
     reserves = db_session.scalars(
         select(PairImage)
@@ -413,7 +448,7 @@ _ITEM_OF_IMAGE = select(LabelItem.__table__.c.id).where(
 )
 
 
-def _discard_image(db_session: Session, competition: Competition, item: LabelItem) -> None:
+def _discard_image(db_session: Session, competition: LabellingCompetition, item: LabelItem) -> None:
     """Discard a too-difficult image for every pair that selected it; each pair's next reserve replaces it."""
     item.discarded = True
     item.needed = 0
@@ -493,26 +528,6 @@ def pair_outcomes(*, db_session: Session, competition: Competition) -> dict[tupl
 
 
 @dataclass(frozen=True)
-class Labeller:
-    """The account behind a labelling request, as much of it as labelling reads."""
-
-    id: int
-    role: Role
-    votes_excluded: bool
-
-
-@dataclass(frozen=True)
-class LabellingSettings:
-    """What labelling reads of a competition: its id, its creation time (which keys the cached class
-    names), the panel size and the gold rate."""
-
-    id: int
-    created_at: datetime
-    panel_size: int
-    gold_rate: float
-
-
-@dataclass(frozen=True)
 class LabellingCaller:
     """An annotator's request resolved in one query: who calls, the competition (None when there is no
     such competition), and the token they called with (id and last use) if any."""
@@ -578,7 +593,7 @@ def labelling_caller(
 _class_names_cache: dict[tuple[int, datetime], tuple[str, ...]] = {}
 
 
-def _class_names(db_session: Session, competition: Competition) -> tuple[str, ...]:
+def _class_names(db_session: Session, competition: LabellingCompetition) -> tuple[str, ...]:
     """A competition's class display names, read once per process: a label set never changes after the
     competition is created (keyed by id and creation time, so a reused id is never mistaken)."""
     key = (competition.id, competition.created_at)
@@ -700,7 +715,7 @@ _PENDING = HotStatement(
 is discarded), with the image, and the item's running leases of others and needed votes as they are now."""
 
 
-def next_item(*, db_session: Session, competition: Competition, user: User) -> NextItem:
+def next_item(*, db_session: Session, competition: LabellingCompetition, user: Annotator) -> NextItem:
     """Lease the annotator an image to label: the one they hold, a gold one when due, else the queue's next.
 
     Never a question they answered or an image they flagged; never more leases on an image than the votes
@@ -731,7 +746,7 @@ def next_item(*, db_session: Session, competition: Competition, user: User) -> N
     return NextItem(None, "busy" if waiting else "finished")
 
 
-def _gold_due(db_session: Session, competition: Competition, user: User) -> bool:
+def _gold_due(db_session: Session, competition: LabellingCompetition, user: Annotator) -> bool:
     """True while gold questions make up no more than gold_rate of this annotator's answers."""
     answered, gold = db_session.execute(
         select(func.count(), func.count(Question.gold_answer))
@@ -742,7 +757,9 @@ def _gold_due(db_session: Session, competition: Competition, user: User) -> bool
     return gold <= competition.gold_rate * answered
 
 
-def _gold_item(db_session: Session, competition: Competition, user: User) -> tuple[int, int, bool] | None:
+def _gold_item(
+    db_session: Session, competition: LabellingCompetition, user: Annotator
+) -> tuple[int, int, bool] | None:
     """(item id, image id, discarded) of a random item with a gold question this annotator has not
     answered, on an image they did not flag; locked. None when there is none, or when another request
     holds that item's lock (an undo of it, say): the queue's next item is given instead of waiting, as a
@@ -771,11 +788,11 @@ def _gold_item(db_session: Session, competition: Competition, user: User) -> tup
 
 def _present(
     db_session: Session,
-    competition: Competition,
+    competition: LabellingCompetition,
     item_id: int,
     image_id: int,
     discarded: bool,
-    user: User,
+    user: Annotator,
     now: datetime,
     capped: bool = False,
     first_question_id: int | None = None,
@@ -866,7 +883,7 @@ def _set_assignment(
 # Answers, flags and undo -------------------------------------------------------------------------------
 
 
-def _lock_item(db_session: Session, competition: Competition, image_id: int) -> LabelItem:
+def _lock_item(db_session: Session, competition: LabellingCompetition, image_id: int) -> LabelItem:
     """The item of an image, locked for this transaction (SQLite serialises writers anyway)."""
     item = db_session.scalar(
         select(LabelItem)
@@ -963,7 +980,7 @@ _STEP_UP = HotStatement(
 
 
 def submit_answers(
-    *, db_session: Session, competition: Competition, user: User, answers: Sequence[Answer]
+    *, db_session: Session, competition: LabellingCompetition, user: Annotator, answers: Sequence[Answer]
 ) -> SubmitResult:
     """Record an annotator's answers on one image; a strict majority of the panel decides a question and
     stops its asking (paper Sec. 3.1). Answers to questions decided meanwhile are not stored; resending an
@@ -1060,12 +1077,14 @@ def _decide(question: Question | _Votes, panel_size: int, now: datetime) -> None
         question.decided_at = None if outcome is None else now
 
 
-def _step_up(db_session: Session, competition: Competition, user: User) -> None:
+def _step_up(db_session: Session, competition: LabellingCompetition, user: Annotator) -> None:
     """A new answer or flag: the annotator climbs one step back towards their highest point."""
     _STEP_UP.write(db_session, {"of_competition": competition.id, "of_user": user.id})
 
 
-def flag_image(*, db_session: Session, competition: Competition, user: User, item_id: int) -> bool:
+def flag_image(
+    *, db_session: Session, competition: LabellingCompetition, user: Annotator, item_id: int
+) -> bool:
     """Record that the annotator finds an image too difficult or not a natural photo; when more than 60%
     of the panel do, discard it for its pairs and promote their reserves. Returns whether it was discarded.
 
@@ -1106,7 +1125,7 @@ def flag_image(*, db_session: Session, competition: Competition, user: User, ite
 
 
 def _has_pending(
-    db_session: Session, competition: Competition, item: LabelItem, user: User, now: datetime
+    db_session: Session, competition: LabellingCompetition, item: LabelItem, user: Annotator, now: datetime
 ) -> bool:
     """Whether the image still has questions for the annotator (gold ones, or open ones unless discarded)."""
     pending = _PENDING.rows(
@@ -1123,7 +1142,7 @@ def _has_pending(
     return bool(pending)
 
 
-def undo_last(*, db_session: Session, competition: Competition, user: User) -> UndoResult:
+def undo_last(*, db_session: Session, competition: LabellingCompetition, user: Annotator) -> UndoResult:
     """Take back the annotator's latest answer or flag and lease its image again, that question first.
 
     Only the ten most recent stay editable: undo stops ten steps below the highest point reached. Locks
@@ -1173,7 +1192,7 @@ def undo_last(*, db_session: Session, competition: Competition, user: User) -> U
 
 
 def _latest_step(
-    db_session: Session, competition: Competition, user: User
+    db_session: Session, competition: LabellingCompetition, user: Annotator
 ) -> tuple[Vote | DifficultyFlag, int] | None:
     """The annotator's latest answer or flag in the competition with its image id; None if neither."""
     vote = db_session.execute(
@@ -1194,7 +1213,7 @@ def _latest_step(
     return None if vote is None else (vote[0], vote[1])
 
 
-def _lock_undo_depth(db_session: Session, competition: Competition, user: User) -> UndoDepth:
+def _lock_undo_depth(db_session: Session, competition: LabellingCompetition, user: Annotator) -> UndoDepth:
     """The annotator's undo row in the competition, created if missing (safe against a concurrent first
     undo) and locked."""
     db_session.execute(
@@ -1253,7 +1272,7 @@ def set_votes_excluded(*, db_session: Session, user: User, votes_excluded: bool)
         _recount(db_session, competition, image_ids)
 
 
-def _recount(db_session: Session, competition: Competition, image_ids: list[int]) -> None:
+def _recount(db_session: Session, competition: LabellingCompetition, image_ids: list[int]) -> None:
     """Recount the counted votes and flags on these images and re-decide their questions and items."""
     items = list(
         db_session.scalars(
@@ -1375,7 +1394,7 @@ def gold_questions(*, db_session: Session, competition: Competition) -> list[tup
 
 
 def annotator_stats(
-    *, db_session: Session, competition: Competition, user_ids: Sequence[int] | None = None
+    *, db_session: Session, competition: LabellingCompetition, user_ids: Sequence[int] | None = None
 ) -> list[AnnotatorStats]:
     """Answers (in total and since midnight UTC), flags, gold accuracy and mean seconds per annotator who
     took part in the competition, or of the given users."""
@@ -1425,7 +1444,7 @@ def annotator_stats(
     return stats
 
 
-def images_left(*, db_session: Session, competition: Competition) -> int:
+def images_left(*, db_session: Session, competition: LabellingCompetition) -> int:
     """Images in the competition whose questions still need votes."""
     return db_session.scalar(
         select(func.count())

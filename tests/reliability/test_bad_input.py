@@ -646,3 +646,10 @@ def test_numbers_and_text_no_column_can_hold_are_refused(
     assert answers.status_code == 422
     beyond_32_bits = client.get(f"/api/v1/competitions/{2**31}")
     assert beyond_32_bits.status_code == (422 if backend == "postgres" else 404)  # ids are 32-bit on Postgres
+    for competition_id, question_id in ((competition.id, 2**31), (2**31, 1)):  # the labelling hot path too
+        answered = client.post(
+            f"/api/v1/competitions/{competition_id}/labelling/answers",
+            json={"answers": [{"question_id": question_id, "answer": True}]},
+            headers=annotator_headers,
+        )
+        assert answered.status_code == (422 if backend == "postgres" else 404), answered.text
