@@ -1,7 +1,9 @@
 """The FastAPI application factory: `uvicorn --factory app.main:create_app`."""
 
 import asyncio
+import gc
 from contextlib import asynccontextmanager
+from functools import cache
 from pathlib import Path
 
 from fastapi import FastAPI
@@ -39,6 +41,15 @@ Errors come as `{"detail": "<what went wrong>", "code": "<kind>"}`.
 """
 
 
+@cache
+def _freeze_start_up_objects() -> None:
+    """Take the objects made at start-up (~200,000: models, schemas, routes, which live as long as the
+    process) out of the cycle collector's sight, once per process: its full collections scanned them all,
+    stopping the process for ~50 ms each time. Garbage is collected first, so that none is kept."""
+    gc.collect()
+    gc.freeze()
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the application: database engine, image store, sessions, routers, static files."""
     settings = settings or Settings()
@@ -46,6 +57,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
+        _freeze_start_up_objects()
         yield
         engine.dispose()
 
