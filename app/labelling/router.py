@@ -53,7 +53,7 @@ class LabellingCall:
 def labelling_call(
     competition_id: int, request: Request, db_session: SessionDep, credentials: CredentialsDep
 ) -> LabellingCall:
-    """The caller and the competition, read in one query: 401, 403, then 404 (before the body is read)."""
+    """The caller and the competition in one query: 401, 403, then 404, before the body is validated."""
     caller = require_caller(
         identify(
             request,
