@@ -1,12 +1,7 @@
-"""Typed errors raised by services, mapped to HTTP status codes in one place."""
+"""Typed errors raised by services; app.web.errors maps them to HTTP responses in one place."""
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DataError, IntegrityError, OperationalError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 
 class MadError(Exception):
@@ -84,50 +79,3 @@ def storage_errors(what: str) -> Iterator[None]:
     except OSError as error:
         reason = error.strerror or str(error)
         raise ServiceUnavailable(f"could not store {what} ({reason}); try again later") from error
-
-
-async def _mad_error_response(request: Request, error: MadError) -> JSONResponse:
-    """Render a MadError as {"detail": message, "code": code} with its status code."""
-    headers = {"WWW-Authenticate": "Bearer"} if isinstance(error, NotAuthenticated) else None
-    return JSONResponse(
-        {"detail": error.message, "code": error.code}, status_code=error.status_code, headers=headers
-    )
-
-
-async def _data_error_response(request: Request, error: DataError) -> JSONResponse:
-    """A value the database refuses (e.g. an id beyond a 32-bit column on Postgres) is the request's fault:
-    answered as InvalidInput (the request's session has rolled back by now)."""
-    reason = str(error.orig).splitlines()[0] if error.orig is not None else "invalid value"
-    return await _mad_error_response(
-        request, InvalidInput(f"a value in the request does not fit the database: {reason}")
-    )
-
-
-async def _integrity_error_response(request: Request, error: IntegrityError) -> JSONResponse:
-    """A constraint broken by a concurrent change (e.g. two requests creating one username at once; each
-    checked first and found it free): 409, as if the request had come second (its session has rolled back)."""
-    reason = " ".join(str(error.orig).splitlines()[:2]) if error.orig is not None else "constraint violated"
-    message = f"the request conflicts with a change made at the same time ({reason}); reload and try again"
-    return await _mad_error_response(request, Conflict(message))
-
-
-async def _database_unavailable_response(
-    request: Request, error: OperationalError | PoolTimeout
-) -> JSONResponse:
-    """A lost database connection (Postgres restarted, connections terminated) or a database too busy to
-    answer: 503, so clients retry; the pool replaces closed connections at checkout (app.db)."""
-    response = await _mad_error_response(
-        request, ServiceUnavailable("the database did not answer (connection lost or busy); try again")
-    )
-    response.headers["Retry-After"] = "1"
-    return response
-
-
-def install_error_handlers(app: FastAPI) -> None:
-    """Map every MadError subclass to its status code, the database's DataError to InvalidInput, its
-    IntegrityError to Conflict, and its OperationalError and pool timeout to ServiceUnavailable."""
-    app.add_exception_handler(MadError, _mad_error_response)
-    app.add_exception_handler(DataError, _data_error_response)
-    app.add_exception_handler(IntegrityError, _integrity_error_response)
-    app.add_exception_handler(OperationalError, _database_unavailable_response)
-    app.add_exception_handler(PoolTimeout, _database_unavailable_response)

@@ -1,12 +1,14 @@
 """The FastAPI application factory: `uvicorn --factory app.main:create_app`."""
 
 import asyncio
+import atexit
 import gc
 from contextlib import asynccontextmanager
 from functools import cache
 from pathlib import Path
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy import text
 from starlette.middleware.sessions import SessionMiddleware
@@ -14,19 +16,27 @@ from starlette.middleware.sessions import SessionMiddleware
 from app.admin.pages import router as admin_pages_router
 from app.classifiers.router import router as classifiers_router
 from app.competitions.router import router as competitions_router
-from app.db import SessionDep, create_db_engine, create_sessionmaker
-from app.errors import install_error_handlers
+from app.db.engine import create_db_engine, create_sessionmaker
+from app.db.session import SessionDep
 from app.images.router import router as images_router
-from app.images.store import ImageStore
 from app.jobs.router import router as jobs_router
 from app.labelling.pages import router as labelling_pages_router
 from app.labelling.router import router as labelling_router
 from app.leaderboard.pages import router as leaderboard_pages_router
 from app.leaderboard.router import router as leaderboard_router
 from app.settings import Settings
-from app.users.rate_limit import LoginRateLimiter
+from app.users.auth import OptionalUser
+from app.users.rate_limit import LoginLimits
 from app.users.router import router as users_router
+from app.web.body_guard import BodyGuard, BodyLimits
+from app.web.error_pages import install_error_pages
+from app.web.errors import install_error_handlers
 from app.web.router import router as web_router
+from app.web.security_headers import SecurityHeaders
+from app.web.templating import render
+
+PASSWORD_CHECKS_AT_ONCE = 2
+"""Sign-in password checks one process runs at once: Argon2 takes 64 MiB and ~50–200 ms of a core each."""
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 
@@ -45,9 +55,29 @@ Errors come as `{"detail": "<what went wrong>", "code": "<kind>"}`.
 def _freeze_start_up_objects() -> None:
     """Take the objects made at start-up (~200,000: models, schemas, routes, which live as long as the
     process) out of the cycle collector's sight, once per process: its full collections scanned them all,
-    stopping the process for ~50 ms each time. Garbage is collected first, so that none is kept."""
+    stopping the process for ~50 ms each time. Garbage is collected first, so that none is kept. They are
+    given back to the collector at exit, so that the interpreter's last collection frees them: extensions
+    such as Triton's (imported by torch) otherwise report every object of theirs still alive as leaked."""
     gc.collect()
     gc.freeze()
+    atexit.register(gc.unfreeze)
+
+
+def _add_documentation_pages(app: FastAPI) -> None:
+    """/docs (Swagger UI) and /redoc (ReDoc) from the vendored copies in static/vendor, and the favicon:
+    no page asks another host for anything, so they work offline."""
+
+    @app.get("/docs", include_in_schema=False, response_class=HTMLResponse)
+    def swagger_ui(request: Request, user: OptionalUser):
+        return render(request, "docs.html", user=user, openapi_url=app.openapi_url)
+
+    @app.get("/redoc", include_in_schema=False, response_class=HTMLResponse)
+    def redoc(request: Request, user: OptionalUser):
+        return render(request, "redoc.html", user=user, openapi_url=app.openapi_url)
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> FileResponse:
+        return FileResponse(STATIC_DIR / "favicon.svg", media_type="image/svg+xml")
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -61,15 +91,25 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         yield
         engine.dispose()
 
-    app = FastAPI(title="MAD Arena", version="0.1.0", description=API_DESCRIPTION, lifespan=lifespan)
+    app = FastAPI(
+        title="MAD Arena",
+        version="0.1.0",
+        description=API_DESCRIPTION,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+    )
     app.state.settings = settings
     app.state.engine = engine
     app.state.sessionmaker = create_sessionmaker(engine)
     app.state.database_gate = asyncio.Semaphore(
         1 if engine.dialect.name == "sqlite" else settings.db_pool_size
     )
-    app.state.image_store = ImageStore(settings.data_dir)
-    app.state.login_limiter = LoginRateLimiter(settings.login_max_failures, settings.login_window_s)
+    app.state.password_gate = asyncio.Semaphore(PASSWORD_CHECKS_AT_ONCE)
+    app.state.login_limits = LoginLimits(
+        settings.login_max_failures, settings.login_max_address_failures, settings.login_window_s
+    )
+    app.add_middleware(BodyGuard, limits=BodyLimits(settings.max_upload_bytes, settings.max_json_bytes))
     app.add_middleware(
         SessionMiddleware,
         secret_key=settings.secret_key,
@@ -78,7 +118,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         same_site="lax",
         https_only=settings.env == "production",
     )
+    app.add_middleware(SecurityHeaders)
     install_error_handlers(app)
+    install_error_pages(app)
     app.include_router(users_router)
     app.include_router(competitions_router)
     app.include_router(images_router)
@@ -91,6 +133,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(admin_pages_router)
     app.include_router(web_router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    _add_documentation_pages(app)
 
     @app.get("/healthz", tags=["health"], summary="Liveness and database check")
     def healthz(db_session: SessionDep) -> dict[str, str]:

@@ -2,7 +2,7 @@
 
 from app.classifiers.models import Classifier
 from app.competitions.models import Competition
-from app.db import Base
+from app.db.base import Base
 from app.images.models import CompetitionImage, Image
 from app.jobs.models import Job
 from app.labelling.models import (

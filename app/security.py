@@ -3,6 +3,7 @@
 import hashlib
 import hmac
 import secrets
+from functools import cache
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
@@ -18,13 +19,19 @@ def hash_password(password: str) -> str:
 
 
 def verify_password(password_hash: str | None, password: str) -> bool:
-    """True when the password matches the stored Argon2 hash."""
-    if not password_hash:
-        return False
+    """True when the password matches the stored Argon2 hash. Without a hash (an unknown username, a
+    worker) the same Argon2 work is done against a stand-in hash, so that the time taken does not tell
+    which usernames exist."""
     try:
-        return _password_hasher.verify(password_hash, password)
+        return _password_hasher.verify(password_hash or _stand_in_hash(), password) and bool(password_hash)
     except (VerificationError, InvalidHashError):
         return False
+
+
+@cache
+def _stand_in_hash() -> str:
+    """The Argon2 hash of a random password no one knows, made once per process with the same parameters."""
+    return _password_hasher.hash(secrets.token_urlsafe(32))
 
 
 def new_api_token() -> str:

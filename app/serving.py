@@ -1,5 +1,12 @@
-"""Serving the app on a private localhost port inside this process (embedded worker, live tests)."""
+"""Serving the app with uvicorn: `mad serve`, and on a private localhost port inside this process (embedded
+worker, live tests).
 
+Both close a connection that has not sent a whole request head within MAD_HEADER_TIMEOUT_S (uvicorn has no
+such timeout: half-sent requests were held open until the file descriptors ran out) and hold at most
+MAD_MAX_CONNECTIONS connections per process (uvicorn answers 503 beyond).
+"""
+
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -7,14 +14,75 @@ from contextlib import contextmanager
 
 import uvicorn
 from fastapi import FastAPI
+from uvicorn.protocols.http.auto import AutoHTTPProtocol
+from uvicorn.supervisors import Multiprocess
+
+from app.settings import Settings
 
 STARTUP_TIMEOUT_S = 30
+
+
+class HeadTimeoutProtocol(AutoHTTPProtocol):
+    """uvicorn's HTTP protocol, closing a connection whose request head is not complete within the config's
+    head_timeout_s of its first byte (or of the connection, for the first request)."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._head_deadline: asyncio.TimerHandle | None = None
+        self._arm_head_deadline()
+
+    def data_received(self, data: bytes) -> None:
+        if self._head_deadline is None and (self.cycle is None or self.cycle.response_complete):
+            self._arm_head_deadline()
+        super().data_received(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._head_deadline is not None:
+            self._head_deadline.cancel()
+        super().connection_lost(exc)
+
+    def _arm_head_deadline(self) -> None:
+        """Close the connection unless a new request's head (a new cycle) has arrived by the deadline."""
+        waiting_since = self.cycle
+
+        def expire() -> None:
+            self._head_deadline = None
+            if self.cycle is waiting_since:
+                self.transport.close()
+
+        self._head_deadline = self.loop.call_later(self.config.head_timeout_s, expire)
+
+
+def server_config(app: FastAPI | str, settings: Settings, **options) -> uvicorn.Config:
+    """A uvicorn config with the head timeout and connection limit of the settings."""
+    config = uvicorn.Config(
+        app, http=HeadTimeoutProtocol, limit_concurrency=settings.max_connections, **options
+    )
+    config.head_timeout_s = settings.header_timeout_s
+    return config
+
+
+def serve(settings: Settings, *, host: str, port: int, workers: int) -> None:
+    """`mad serve`: the app factory in `workers` processes (as uvicorn.run does), until interrupted."""
+    config = server_config(
+        "app.main:create_app", settings, factory=True, host=host, port=port, workers=workers
+    )
+    try:
+        if workers > 1:
+            Multiprocess(config, sockets=[config.bind_socket()]).run()
+        else:
+            uvicorn.Server(config).run()
+    except KeyboardInterrupt:
+        pass
 
 
 @contextmanager
 def serve_in_thread(app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
     """Run uvicorn in a background thread on a free port; yields the base URL, stops on exit."""
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
+    settings = app.state.settings
+    config = server_config(
+        app, settings, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
     thread.start()

@@ -1,12 +1,16 @@
 """Service settings, read from MAD_* environment variables (and a .env file) by pydantic-settings."""
 
+import re
 from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.storage import BlobStore, open_blob_store
+
+STORAGE_URL = re.compile(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9_.-]+)*/?|file:///.*")
 DEVELOPMENT_SECRET_KEY = "development-only-secret-key-do-not-use-in-production"
 
 
@@ -16,7 +20,16 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MAD_", env_file=".env", extra="ignore")
 
     env: Literal["development", "test", "production"] = "development"
-    data_dir: Path = Field(default=Path("data"), description="Images, thumbnails, weights and predictions.")
+    data_dir: Path = Field(
+        default=Path("data"),
+        description="The SQLite database, worker caches, and the blobs unless MAD_STORAGE_URL is set.",
+    )
+    storage_url: str = Field(
+        default="",
+        description="Where images, thumbnails, weights and predictions live: empty for the data dir, "
+        "s3://bucket/prefix (endpoint and credentials from the AWS environment and config files) or "
+        "file:///absolute/path.",
+    )
     database_url: str = Field(default="", description="SQLAlchemy URL; empty means SQLite in the data dir.")
     secret_key: str = Field(default=DEVELOPMENT_SECRET_KEY, description="Signs session cookies.")
     db_pool_size: int = Field(
@@ -25,15 +38,49 @@ class Settings(BaseSettings):
         description="Postgres connections per server process, and so the requests it lets into the database "
         "at once; more wait for one.",
     )
+    max_upload_bytes: int = Field(
+        default=4 * 1024**3,
+        gt=0,
+        description="Largest upload body (images or archives, weights or predictions, a worker's shard).",
+    )
+    max_json_bytes: int = Field(
+        default=1024**2,
+        gt=0,
+        description="Largest body of any other request (JSON, forms); a competition's 8 MiB.",
+    )
+    header_timeout_s: float = Field(
+        default=10, gt=0, description="A connection that has not sent a whole request head by then is closed."
+    )
+    max_connections: int = Field(
+        default=1000, ge=1, description="Connections one server process holds at once; more are answered 503."
+    )
     max_image_bytes: int = Field(default=50 * 1024 * 1024, gt=0, description="Largest image file accepted.")
     max_image_pixels: int = Field(
         default=89_478_485, gt=0, description="Pillow's decompression-bomb limit (width × height)."
+    )
+    max_archive_bytes: int = Field(
+        default=64 * 1024**3, gt=0, description="Most bytes the members of one archive may expand to."
+    )
+    max_archive_members: int = Field(
+        default=100_000, gt=0, description="Most entries a zip archive may list (its directory is loaded)."
+    )
+    max_compression_ratio: int = Field(
+        default=100,
+        ge=1,
+        description="Most a zip member, or a whole archive, may expand relative to its compressed size.",
     )
     thumbnail_size: int = Field(default=320, ge=32, le=2048, description="Longest thumbnail side in pixels.")
     job_lease_s: int = Field(default=120, ge=1, description="Lease length without a heartbeat.")
     job_max_attempts: int = Field(default=3, ge=1, description="Tries before a job fails.")
     predict_shard_size: int = Field(default=4096, ge=1, description="Images per prediction job.")
-    login_max_failures: int = Field(default=10, ge=1, description="Failed sign-ins allowed per window.")
+    login_max_failures: int = Field(
+        default=10, ge=1, description="Failed sign-ins allowed per address and username per window."
+    )
+    login_max_address_failures: int = Field(
+        default=30,
+        ge=1,
+        description="Failed sign-ins allowed per address, whatever the usernames, per window.",
+    )
     login_window_s: int = Field(default=300, ge=1, description="Window of login_max_failures, seconds.")
     session_max_age_s: int = Field(default=14 * 24 * 3600, gt=0, description="Login cookie lifetime.")
 
@@ -49,15 +96,18 @@ class Settings(BaseSettings):
             )
         return self
 
-    @property
-    def predictions_dir(self) -> Path:
-        """Prediction shards: <data dir>/predictions/<classifier id>/."""
-        return self.data_dir / "predictions"
+    @field_validator("storage_url")
+    @classmethod
+    def _storage_url_is_known(cls, url: str) -> str:
+        """Empty, s3://bucket/prefix or file:///absolute/path."""
+        if url and not STORAGE_URL.fullmatch(url):
+            raise ValueError(f"{url!r} is not s3://bucket/prefix or file:///absolute/path")
+        return url
 
-    @property
-    def weights_dir(self) -> Path:
-        """Uploaded classifier weights: <data dir>/weights/<sha256>.<format>."""
-        return self.data_dir / "weights"
+    @cached_property
+    def blob_store(self) -> BlobStore:
+        """Where every image, thumbnail, weights file and prediction shard lives (app.storage)."""
+        return open_blob_store(self.storage_url, self.data_dir)
 
     @cached_property
     def sqlalchemy_url(self) -> str:

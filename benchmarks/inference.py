@@ -41,12 +41,13 @@ class CyclingFileReader:
         return self.paths[ordinal % len(self.paths)].read_bytes()
 
 
-def make_jpegs(folder: Path, count: int, seed: int = 0) -> list[Path]:
-    """`count` JPEG files of 240-640 px sides: smooth random colour fields plus noise, quality 75-95."""
+def make_jpegs(folder: Path, count: int, seed: int = 0, sides: tuple[int, int] = (240, 640)) -> list[Path]:
+    """`count` JPEG files of 240-640 px sides (or `sides`): smooth random colour fields plus noise, quality
+    75-95."""
     rng = np.random.default_rng(seed)
     paths = []
     for index in range(count):
-        width, height = (int(side) for side in rng.integers(240, 641, size=2))
+        width, height = (int(side) for side in rng.integers(sides[0], sides[1] + 1, size=2))
         coarse = Image.fromarray(rng.integers(0, 256, (int(rng.integers(2, 12)),) * 2 + (3,), dtype=np.uint8))
         pixels = np.asarray(coarse.resize((width, height), Image.Resampling.BICUBIC), dtype=np.int16)
         pixels = (pixels + rng.integers(-25, 26, pixels.shape)).clip(0, 255).astype(np.uint8)

@@ -55,7 +55,7 @@ from sqlalchemy import make_url
 REPOSITORY = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPOSITORY))
 
-from app.db import create_db_engine, create_sessionmaker  # noqa: E402
+from app.db.engine import create_db_engine, create_sessionmaker  # noqa: E402
 from app.migrate import upgrade  # noqa: E402
 from app.users import service as users_service  # noqa: E402
 from app.users.models import Role  # noqa: E402

@@ -15,14 +15,15 @@ import numpy as np
 from sqlalchemy import Engine, insert, select
 from sqlalchemy.orm import Session
 
-from app.classifiers.models import Classifier, ClassifierSource, ClassifierStatus
+from app.classifiers.enums import ClassifierSource, ClassifierStatus
+from app.classifiers.models import Classifier
 from app.competitions.models import Competition
 from app.competitions.schemas import CompetitionCreate
 from app.competitions.service import create_competition
-from app.db import utcnow
+from app.db.base import utcnow
 from app.images.models import CompetitionImage, Image
 from app.labelling.models import Question
-from app.labelling.service import store_pair_subset
+from app.labelling.subsets import store_pair_subset
 
 K, RESERVE, NUM_CLASSES = 30, 2, 1000
 INSERT_BATCH = 10_000

@@ -20,7 +20,7 @@ from itertools import combinations
 import numpy as np
 
 from app.core.selection import DEFAULT_K, DEFAULT_MAX_PER_LABEL, DEFAULT_THRESHOLD, select_all_pairs
-from app.core.taxonomy import imagenet_1k
+from app.core.taxonomy_sources import imagenet_1k
 
 
 def synthetic_predictions(n_classifiers: int, n_images: int, n_classes: int, seed: int):

@@ -57,11 +57,13 @@ sys.path.insert(0, str(REPOSITORY))
 from app.classifiers import service as classifiers_service  # noqa: E402
 from app.competitions.schemas import CompetitionCreate  # noqa: E402
 from app.competitions.service import create_competition  # noqa: E402
-from app.db import create_db_engine, create_sessionmaker  # noqa: E402
+from app.db.engine import create_db_engine, create_sessionmaker  # noqa: E402
 from app.images.service import ImageLimits, import_entries  # noqa: E402
 from app.images.sources import Candidate  # noqa: E402
 from app.images.store import ImageStore  # noqa: E402
-from app.jobs.models import Job, JobKind, JobStatus  # noqa: E402
+from app.jobs.enums import JobKind, JobStatus  # noqa: E402
+from app.jobs.lifecycle import enqueue_classifier  # noqa: E402
+from app.jobs.models import Job  # noqa: E402
 from app.labelling.models import PairSubset, Question, Vote  # noqa: E402
 from app.migrate import upgrade  # noqa: E402
 from app.settings import Settings  # noqa: E402
@@ -154,7 +156,7 @@ def fill(settings: Settings, questions: int, annotators: int, images: int, seed:
         with ThreadPoolExecutor(2) as executor:
             import_entries(
                 db_session=db_session,
-                store=ImageStore(settings.data_dir),
+                store=ImageStore(settings.blob_store),
                 competition=corpus,
                 entries=[Candidate(f"initial-{i}.png", png(rng)) for i in range(images)],
                 limits=ImageLimits(settings.max_image_bytes, settings.max_image_pixels, 64),
@@ -162,7 +164,7 @@ def fill(settings: Settings, questions: int, annotators: int, images: int, seed:
             )
         for index, architecture in enumerate(TINY_ARCHITECTURES):
             weights = tiny_weights(workdir / f"{architecture}.safetensors", architecture, seed + index)
-            classifiers_service.register_timm_weights(
+            classifier = classifiers_service.register_timm_weights(
                 db_session=db_session,
                 settings=settings,
                 competition=corpus,
@@ -171,6 +173,7 @@ def fill(settings: Settings, questions: int, annotators: int, images: int, seed:
                 weights_file=weights,
                 weights_filename=weights.name,
             )
+            enqueue_classifier(db_session=db_session, settings=settings, classifier=classifier)
 
         def account(name: str, role: Role) -> tuple[int, str]:
             password = None if role == Role.worker else "soak password"

@@ -3,7 +3,7 @@
 from alembic import context
 from sqlalchemy import Connection
 
-from app.db import create_db_engine
+from app.db.engine import create_db_engine
 from app.models import Base
 from app.settings import Settings
 

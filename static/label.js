@@ -1,7 +1,8 @@
-// The labelling page: one image at a time, y / n answer the current question, d flags the image,
-// u or Backspace undoes (the current image's answers locally, then the server's last ten), z zooms.
-// An image's answers are sent together once its last question is answered, and the same request brings
-// the next image; no page reloads. Progress is counted here and refreshed from the server now and then.
+// The labelling page: one image at a time. Y / N answer the current question, D flags the image as too
+// difficult, S skips it, U or Backspace undoes (the current image's answers locally, then the server's last
+// ten), I shows what the class means, Z zooms (arrow keys pan, + and − zoom further; tap and pinch on touch).
+// An image's answers are sent together once its last question is answered, and the same request brings the
+// next image; no page reloads. Answers that meet an ended session are kept and sent after signing in again.
 (() => {
   "use strict";
 
@@ -10,15 +11,24 @@
   const csrfToken = document.querySelector('meta[name="csrf-token"]').content;
   const $ = (id) => document.getElementById(id);
   const figure = $("figure");
+  const frame = $("zoom-frame");
   const image = $("label-image");
-  const zoom = $("zoom");
+  const zoomButton = $("zoom");
   const question = $("question");
   const yes = $("answer-yes");
   const no = $("answer-no");
   const flagButton = $("flag");
+  const skipButton = $("skip");
+  const defineButton = $("define");
+  const definitionBox = $("definition-box");
   const status = $("status");
+  const resumeSkipped = $("resume-skipped");
   const BUSY_RETRY_MS = 10000;
   const STATS_EVERY = 10; // images between progress refreshes
+  const UNDO_LIMIT = 10; // the server keeps the last ten answers editable
+  const ZOOM = { toggle: 2.5, step: 1.5, max: 6, pan: 0.2 };
+  const storageKey = `mad-label-${app.dataset.competition}-${app.dataset.user}`;
+  const pendingKey = `mad-pending-${app.dataset.competition}`;
 
   let item = null; // the leased item: {item_id, image_url, width, height, questions: [...]}
   let index = 0; // the question being asked
@@ -28,40 +38,77 @@
   let working = false; // a request is in flight: keys wait for it
   let answeredToday = 0;
   let sinceStats = 0; // images sent since the progress was last read
+  let scale = 1; // the image's zoom: 1 fits the frame
+
+  // What survives a reload of this tab: how many steps the server can undo, and each recent image's
+  // question count (an image brought back by undo shows only its open questions).
+  const memory = { undoable: 0, totals: {}, ...JSON.parse(sessionStorage.getItem(storageKey) || "{}") };
+  function remember() {
+    const recent = Object.keys(memory.totals).slice(-2 * UNDO_LIMIT);
+    memory.totals = Object.fromEntries(recent.map((id) => [id, memory.totals[id]]));
+    sessionStorage.setItem(storageKey, JSON.stringify(memory));
+  }
+
+  class RequestError extends Error {
+    constructor(message, statusCode) {
+      super(message);
+      this.status = statusCode;
+    }
+  }
 
   async function call(method, path, body) {
-    const response = await fetch(api + path, {
-      method,
-      credentials: "same-origin",
-      headers: { "Content-Type": "application/json", Accept: "application/json", "X-CSRF-Token": csrfToken },
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
-    if (response.status === 401) {
-      window.location.assign("/login?next=" + encodeURIComponent(window.location.pathname));
-      throw new Error("Your session has ended: sign in again.");
+    let response;
+    try {
+      response = await fetch(api + path, {
+        method,
+        credentials: "same-origin",
+        headers: { "Content-Type": "application/json", Accept: "application/json", "X-CSRF-Token": csrfToken },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+    } catch {
+      throw new RequestError("The network failed: check the connection, then try again.", 0);
     }
     const data = await response.json().catch(() => ({}));
-    if (!response.ok) {
-      const error = new Error(data.detail || `The server answered ${response.status}.`);
-      error.status = response.status;
-      throw error;
-    }
+    if (!response.ok) throw new RequestError(sentence(data.detail) || `The server answered ${response.status}.`, response.status);
     return data;
+  }
+
+  function sentence(text) {
+    if (typeof text !== "string" || !text) return "";
+    return text[0].toUpperCase() + text.slice(1) + (/[.!?]$/.test(text) ? "" : ".");
   }
 
   function say(text) {
     status.textContent = text;
   }
 
+  function signInAgain() {
+    say("Your session has ended: sign in again to go on (your answers are kept).");
+    window.location.assign("/login?next=" + encodeURIComponent(window.location.pathname));
+  }
+
   function setEnabled(enabled) {
-    yes.disabled = no.disabled = flagButton.disabled = !enabled;
+    for (const button of [yes, no, flagButton, skipButton, defineButton]) button.disabled = !enabled;
+  }
+
+  // After an answer the keyboard focus is on the next question's first control, not lost to the page
+  // (a disabled button drops it), unless it is somewhere else the annotator put it. A touch screen's page
+  // keeps no focus: there it would only draw a ring.
+  const touchOnly = window.matchMedia("(hover: none) and (pointer: coarse)").matches;
+  function focusQuestion() {
+    const focused = document.activeElement;
+    const lost = !focused || focused === document.body;
+    if ((lost && !touchOnly) || focused?.closest(".label-panel")) yes.focus({ preventScroll: true });
   }
 
   function showItem(next) {
     item = next;
     index = 0;
     answers = [];
-    setZoom(false);
+    memory.totals[item.item_id] ??= item.questions.length;
+    remember();
+    resumeSkipped.hidden = true;
+    zoomTo(1);
     imageLoaded = false;
     setEnabled(false);
     image.src = item.image_url;
@@ -75,11 +122,33 @@
   // Answers wait for the image, and each question's time counts from when it can be seen.
   function showQuestion() {
     const current = item.questions[index];
-    $("question-count").textContent = `Question ${index + 1} of ${item.questions.length}`;
+    const total = memory.totals[item.item_id];
+    const before = total - item.questions.length; // answered before an undo brought the image back
+    $("question-count").textContent = `Question ${before + index + 1} of ${total}`;
     question.textContent = current.text;
     image.alt = `The image to judge: ${current.text}`;
+    showDefinition();
     shownAt = performance.now();
-    if (imageLoaded) setEnabled(true);
+    if (imageLoaded) {
+      setEnabled(true);
+      focusQuestion();
+    }
+  }
+
+  function showDefinition() {
+    if (!item) return;
+    const current = item.questions[index];
+    $("definition").textContent = current.definition
+      ? `${current.class_name}: ${current.definition}`
+      : `No definition of “${current.class_name}” is given; the guidelines may say more.`;
+  }
+
+  function toggleDefinition() {
+    if (!item) return;
+    const open = definitionBox.hidden;
+    definitionBox.hidden = !open;
+    defineButton.setAttribute("aria-expanded", String(open));
+    if (open) say($("definition").textContent); // read out, as the question is
   }
 
   function onImageLoaded() {
@@ -87,13 +156,20 @@
     imageLoaded = true;
     shownAt = performance.now();
     setEnabled(true);
+    focusQuestion();
   }
 
   function onImageFailed() {
     if (!item) return;
-    say("The image did not load: flag it with D, or reload the page.");
-    flagButton.disabled = false;
+    say("The image did not load: flag it with D, skip it with S, or reload the page.");
+    flagButton.disabled = skipButton.disabled = false;
   }
+
+  const NOTHING = {
+    busy: "Every open image is being labelled by someone else right now.",
+    skipped: "Only the images you skipped are left.",
+    finished: "Nothing is left for you to label here. Thank you!",
+  };
 
   function showNothing(reason) {
     item = null;
@@ -102,13 +178,13 @@
     figure.hidden = true;
     image.removeAttribute("src");
     setEnabled(false);
+    definitionBox.hidden = true;
     $("question-count").textContent = "";
+    question.textContent = NOTHING[reason] || NOTHING.finished;
+    resumeSkipped.hidden = reason !== "skipped";
     if (reason === "busy") {
-      question.textContent = "Every open image is being labelled by someone else right now.";
       say("Checking again in a few seconds…");
       window.setTimeout(() => run(loadNext), BUSY_RETRY_MS);
-    } else {
-      question.textContent = "Nothing is left for you to label here. Thank you!";
     }
   }
 
@@ -129,7 +205,7 @@
     $("images-left").textContent = stats.images_left;
   }
 
-  // Run one server step at a time; keys pressed meanwhile are ignored, errors are shown.
+  // Run one server step at a time; keys pressed meanwhile are ignored; errors are shown in words.
   async function run(step) {
     if (working) return;
     working = true;
@@ -137,11 +213,52 @@
     try {
       await step();
     } catch (error) {
-      say(error.message);
+      if (error.status === 401) signInAgain();
+      else say(error.message);
     } finally {
       working = false;
       app.removeAttribute("aria-busy");
     }
+  }
+
+  function counted(recorded) {
+    memory.undoable = Math.min(UNDO_LIMIT, memory.undoable + recorded);
+    remember();
+  }
+
+  // Answers on their way are kept in this tab until the server has them: if the session has ended, they
+  // are sent once the annotator has signed in again (and only as the same person).
+  function keepPending(sending) {
+    sessionStorage.setItem(pendingKey, JSON.stringify({ user: app.dataset.user, answers: sending }));
+  }
+
+  async function sendAnswers(sending) {
+    keepPending(sending);
+    const result = await call("POST", "/answers", { answers: sending, next: true });
+    sessionStorage.removeItem(pendingKey);
+    counted(result.recorded);
+    answeredToday += result.recorded;
+    $("answered-today").textContent = answeredToday;
+    return result;
+  }
+
+  async function sendKeptAnswers() {
+    const kept = JSON.parse(sessionStorage.getItem(pendingKey) || "null");
+    if (!kept || kept.user !== app.dataset.user) {
+      sessionStorage.removeItem(pendingKey);
+      return false;
+    }
+    try {
+      const result = await sendAnswers(kept.answers);
+      say(`Sent the ${kept.answers.length} answers kept from before you signed in again.`);
+      showNext(result.next);
+    } catch (error) {
+      if (error.status === 401) throw error;
+      sessionStorage.removeItem(pendingKey);
+      say(`Your earlier answers could not be saved: ${error.message}`);
+      await loadNext();
+    }
+    return true;
   }
 
   function answer(value) {
@@ -158,16 +275,18 @@
       setEnabled(false);
       let result;
       try {
-        result = await call("POST", "/answers", { answers, next: true });
+        result = await sendAnswers(answers);
       } catch (error) {
-        answers.pop();
-        setEnabled(true);
+        if (error.status !== 401) {
+          sessionStorage.removeItem(pendingKey);
+          answers.pop();
+          setEnabled(true);
+          focusQuestion();
+        }
         throw error;
       }
       say(`Answered ${value ? "yes" : "no"}. Saved.`);
       showNext(result.next);
-      answeredToday += result.recorded;
-      $("answered-today").textContent = answeredToday;
       sinceStats += 1;
       if (sinceStats >= STATS_EVERY) await refreshStats();
     });
@@ -179,16 +298,31 @@
       setEnabled(false);
       try {
         await call("POST", "/flags", { item_id: item.item_id });
+        counted(1);
         say("Flagged as too difficult or not a natural photo.");
       } catch (error) {
         if (error.status !== 409) {
           setEnabled(imageLoaded);
           throw error;
         }
-        say(`Not flagged: ${error.message}. Here is the next image.`); // decided or discarded meanwhile
+        say(`Not flagged: ${error.message} Here is the next image.`); // decided or discarded meanwhile
       }
       await loadNext();
       await refreshStats();
+    });
+  }
+
+  function skip() {
+    if (working || !item) return;
+    run(async () => {
+      setEnabled(false);
+      try {
+        showNext(await call("POST", "/skip", { item_id: item.item_id }));
+      } catch (error) {
+        setEnabled(imageLoaded);
+        throw error;
+      }
+      say("Skipped: no answer recorded. Others label it; it comes back to you only once nothing else is left.");
     });
   }
 
@@ -201,12 +335,29 @@
       showQuestion();
       return;
     }
+    if (memory.undoable === 0) {
+      say(`Nothing to undo: only your last ${UNDO_LIMIT} answers in this tab can be undone.`);
+      return;
+    }
     run(async () => {
-      const data = await call("POST", "/undo");
-      const what = data.undone === "flag" ? "Flag undone" : "Last answer undone";
+      let data;
+      try {
+        data = await call("POST", "/undo");
+      } catch (error) {
+        if (error.status === 404 || (error.status === 409 && /only the last/.test(error.message))) {
+          memory.undoable = 0;
+          remember();
+          say(`Nothing more to undo: only your last ${UNDO_LIMIT} answers can be undone.`);
+          return;
+        }
+        throw error;
+      }
+      memory.undoable -= 1;
+      remember();
+      const what = data.undone === "flag" ? "Your flag is undone" : "Your last answer is undone";
       if (data.item) {
         showItem(data.item);
-        say(data.undone === "flag" ? `${what}: answer this image again.` : `${what}: answer it again.`);
+        say(`${what}: answer again.`);
       } else {
         // Nothing is left to ask there: others decided its questions meanwhile, or the panel discarded it.
         say(`${what}. That image needs no more answers (decided or discarded meanwhile).`);
@@ -216,48 +367,103 @@
     });
   }
 
-  function setZoom(on) {
-    zoom.classList.toggle("zoomed", on);
-    zoom.setAttribute("aria-pressed", String(on));
+  // Zoom keeps the point at (x, y) of the frame where it is (the centre by default); the image box grows
+  // to `scale` times the frame, and the frame scrolls.
+  function zoomTo(next, x = frame.clientWidth / 2, y = frame.clientHeight / 2) {
+    const target = Math.min(ZOOM.max, Math.max(1, next));
+    const contentX = (frame.scrollLeft + x) / scale;
+    const contentY = (frame.scrollTop + y) / scale;
+    scale = target;
+    image.style.width = image.style.height = `${scale * 100}%`;
+    frame.classList.toggle("zoomed", scale > 1);
+    frame.tabIndex = scale > 1 ? 0 : -1; // a zoomed frame scrolls, so the keyboard can reach it
+    frame.scrollLeft = scale > 1 ? contentX * scale - x : 0;
+    frame.scrollTop = scale > 1 ? contentY * scale - y : 0;
+    zoomButton.setAttribute("aria-pressed", String(scale > 1));
   }
 
-  zoom.addEventListener("click", (event) => {
-    const on = !zoom.classList.contains("zoomed");
-    const box = image.getBoundingClientRect();
-    const x = (event.clientX - box.left) / box.width;
-    const y = (event.clientY - box.top) / box.height;
-    setZoom(on);
-    if (on && event.detail > 0) {
-      zoom.scrollLeft = x * zoom.scrollWidth - zoom.clientWidth / 2;
-      zoom.scrollTop = y * zoom.scrollHeight - zoom.clientHeight / 2;
-    }
+  function toggleZoom(x, y) {
+    if (item) zoomTo(scale > 1 ? 1 : ZOOM.toggle, x, y);
+  }
+
+  function pan(dx, dy) {
+    frame.scrollLeft += dx * frame.clientWidth * ZOOM.pan;
+    frame.scrollTop += dy * frame.clientHeight * ZOOM.pan;
+  }
+
+  frame.addEventListener("click", (event) => {
+    const box = frame.getBoundingClientRect();
+    toggleZoom(event.clientX - box.left, event.clientY - box.top);
   });
+
+  // Two fingers zoom about their midpoint; one finger scrolls a zoomed image (the browser does that).
+  let pinch = null;
+  function spread(touches) {
+    const box = frame.getBoundingClientRect();
+    const [a, b] = touches;
+    return {
+      distance: Math.hypot(a.clientX - b.clientX, a.clientY - b.clientY),
+      x: (a.clientX + b.clientX) / 2 - box.left,
+      y: (a.clientY + b.clientY) / 2 - box.top,
+    };
+  }
+  frame.addEventListener("touchstart", (event) => {
+    if (event.touches.length !== 2 || !item) return;
+    event.preventDefault();
+    pinch = { ...spread(event.touches), scale };
+  }, { passive: false });
+  frame.addEventListener("touchmove", (event) => {
+    if (!pinch || event.touches.length !== 2) return;
+    event.preventDefault();
+    const now = spread(event.touches);
+    zoomTo(pinch.scale * (now.distance / pinch.distance), now.x, now.y);
+  }, { passive: false });
+  frame.addEventListener("touchend", (event) => {
+    if (event.touches.length < 2) pinch = null;
+  });
+
   image.addEventListener("load", onImageLoaded);
   image.addEventListener("error", onImageFailed);
+  zoomButton.addEventListener("click", () => toggleZoom());
   yes.addEventListener("click", () => answer(true));
   no.addEventListener("click", () => answer(false));
   flagButton.addEventListener("click", flag);
+  skipButton.addEventListener("click", skip);
+  defineButton.addEventListener("click", toggleDefinition);
   $("undo").addEventListener("click", undo);
+  resumeSkipped.addEventListener("click", () => run(loadNext));
 
   const KEYS = {
     y: () => answer(true),
     n: () => answer(false),
     d: flag,
+    s: skip,
     u: undo,
     backspace: undo,
-    z: () => item && setZoom(!zoom.classList.contains("zoomed")),
+    i: toggleDefinition,
+    z: () => toggleZoom(),
+    "+": () => item && zoomTo(scale * ZOOM.step),
+    "=": () => item && zoomTo(scale * ZOOM.step),
+    "-": () => item && zoomTo(scale / ZOOM.step),
   };
+  const ARROWS = { arrowleft: [-1, 0], arrowright: [1, 0], arrowup: [0, -1], arrowdown: [0, 1] };
   document.addEventListener("keydown", (event) => {
-    if (event.ctrlKey || event.metaKey || event.altKey || event.repeat) return;
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
     if (event.target.closest("input, textarea, select, [contenteditable]")) return;
-    const action = KEYS[event.key.toLowerCase()];
-    if (!action) return;
+    const key = event.key.toLowerCase();
+    if (ARROWS[key] && scale > 1) {
+      event.preventDefault();
+      pan(...ARROWS[key]);
+      return;
+    }
+    const action = KEYS[key];
+    if (!action || event.repeat) return;
     event.preventDefault();
     action();
   });
 
   run(async () => {
-    await loadNext();
+    if (!(await sendKeptAnswers())) await loadNext();
     await refreshStats();
   });
 })();

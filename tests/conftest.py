@@ -5,6 +5,7 @@ made). `db_session` binds a test to a transaction that is rolled back at the end
 gives a test its own committed database (for CLI, worker and concurrency tests).
 """
 
+import logging
 import os
 import shutil
 import uuid
@@ -17,7 +18,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, make_url
 from sqlalchemy.orm import Session
 
-from app.db import create_db_engine, get_session
+from app.db.engine import create_db_engine
+from app.db.session import database_steps, get_session
 from app.main import create_app
 from app.migrate import upgrade
 from app.settings import Settings
@@ -175,7 +177,24 @@ def app(settings: Settings, db_session: Session):
             raise
 
     application.dependency_overrides[get_session] = session_in_test_transaction
+    application.dependency_overrides[database_steps] = lambda: StepsInTestTransaction(db_session)
     return application
+
+
+class StepsInTestTransaction:
+    """DatabaseSteps on the test's rolled-back transaction: each step commits (a savepoint) or rolls back."""
+
+    def __init__(self, db_session: Session):
+        self.db_session = db_session
+
+    async def run(self, work):
+        try:
+            result = work(self.db_session)
+            self.db_session.commit()
+            return result
+        except BaseException:
+            self.db_session.rollback()
+            raise
 
 
 @pytest.fixture
@@ -233,3 +252,33 @@ def competition(db_session: Session):
     competition = create_competition(db_session=db_session, spec=CompetitionCreate(name="test-competition"))
     db_session.commit()
     return competition
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """One S3-protocol server (moto's, as s3fs's own tests use) on a free 127.0.0.1 port for the session."""
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def s3_storage_url(s3_endpoint: str, monkeypatch) -> str:
+    """s3://<a new bucket>/mad on the session's S3 server, fake credentials in this test's environment."""
+    import s3fs
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    bucket = f"mad-{uuid.uuid4().hex[:12]}"
+    s3fs.S3FileSystem(skip_instance_cache=True).mkdir(bucket)
+    return f"s3://{bucket}/mad"

@@ -6,13 +6,23 @@ Workers need only the service URL and a worker token, so they can run on any mac
 import hashlib
 import io
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
 
 from app.classifiers.prediction_store import Predictions
 from app.core.selection import PairSelection
-from app.images.store import write_atomically
+from app.jobs.schemas import (
+    ClaimRequest,
+    ClaimResponse,
+    FailureReport,
+    HeartbeatRequest,
+    Lease,
+    LeaseState,
+    SelectionResult,
+)
+from app.storage.local import write_atomically
 
 TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 
@@ -53,6 +63,7 @@ class ServiceClient:
 
     def __init__(self, base_url: str, token: str):
         self.base_url = base_url.rstrip("/")
+        self.token = token
         self.http = httpx.Client(
             base_url=self.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=TIMEOUT
         )
@@ -61,18 +72,24 @@ class ServiceClient:
         """Close the connection pool."""
         self.http.close()
 
-    def _post(self, path: str, **kwargs) -> dict | list:
+    def _post(self, path: str, **kwargs: Any) -> Any:
         """POST and return the decoded JSON body."""
         return _raise_for_status(self.http.post(path, **kwargs)).json()
 
-    def claim(self, worker: str) -> dict:
-        """Lease the next jobs: {"lease_seconds": s, "jobs": [...]} (jobs empty when there is no work)."""
-        return self._post("/api/v1/jobs/claim", json={"worker": worker})
+    def claim(self, worker: str) -> ClaimResponse:
+        """Lease the next jobs (none when there is no work now)."""
+        body = ClaimRequest(worker=worker).model_dump()
+        return ClaimResponse.model_validate(self._post("/api/v1/jobs/claim", json=body))
 
     def heartbeat(self, leases: list[tuple[int, str, int]]) -> dict[int, bool]:
         """Extend (job id, lease token, progress) leases; returns which are still held."""
-        body = {"leases": [{"job_id": j, "lease_token": t, "progress_done": p} for j, t, p in leases]}
-        return {state["job_id"]: state["held"] for state in self._post("/api/v1/jobs/heartbeat", json=body)}
+        body = HeartbeatRequest(
+            leases=[Lease(job_id=j, lease_token=t, progress_done=p) for j, t, p in leases]
+        ).model_dump()
+        states = [
+            LeaseState.model_validate(state) for state in self._post("/api/v1/jobs/heartbeat", json=body)
+        ]
+        return {state.job_id: state.held for state in states}
 
     def complete_predict(self, job_id: int, lease_token: str, predictions: Predictions) -> None:
         """Upload a shard's arrays, finishing the predict job."""
@@ -86,22 +103,22 @@ class ServiceClient:
 
     def complete_select(self, job_id: int, lease_token: str, selection: PairSelection) -> None:
         """Upload a pair's selection and reserve, finishing the select job."""
-        body = {
-            "lease_token": lease_token,
-            "n_selected": selection.n_selected,
-            "ordinals": selection.ordinals.tolist(),
-            "distances": selection.distances.tolist(),
-            "labels_a": selection.labels_i.tolist(),
-            "labels_b": selection.labels_j.tolist(),
-            "probs_a": selection.probs_i.tolist(),
-            "probs_b": selection.probs_j.tolist(),
-        }
-        self._post(f"/api/v1/jobs/{job_id}/selection", json=body)
+        body = SelectionResult(
+            lease_token=lease_token,
+            n_selected=selection.n_selected,
+            ordinals=selection.ordinals.tolist(),
+            distances=selection.distances.tolist(),
+            labels_a=selection.labels_i.tolist(),
+            labels_b=selection.labels_j.tolist(),
+            probs_a=selection.probs_i.tolist(),
+            probs_b=selection.probs_j.tolist(),
+        )
+        self._post(f"/api/v1/jobs/{job_id}/selection", json=body.model_dump())
 
     def fail(self, job_id: int, lease_token: str, error: str, permanent: bool) -> None:
         """Report a failed job (requeued unless permanent or out of attempts)."""
-        body = {"lease_token": lease_token, "error": error[:10_000], "permanent": permanent}
-        self._post(f"/api/v1/jobs/{job_id}/fail", json=body)
+        body = FailureReport(lease_token=lease_token, error=error[:10_000], permanent=permanent)
+        self._post(f"/api/v1/jobs/{job_id}/fail", json=body.model_dump())
 
     def weights_file(self, classifier_id: int, sha256: str, weights_format: str, cache_dir: Path) -> Path:
         """A classifier's weights, downloaded once into the cache and checked against their SHA-256."""
@@ -121,23 +138,3 @@ class ServiceClient:
         )
         with np.load(io.BytesIO(_raise_for_status(response).content), allow_pickle=False) as arrays:
             return {name: arrays[name] for name in fields}
-
-
-class HttpImageReader:
-    """Image bytes by ordinal from the service; picklable, each DataLoader process opens its own client."""
-
-    def __init__(self, base_url: str, sha256_by_ordinal: dict[int, str]):
-        self.base_url = base_url.rstrip("/")
-        self.sha256_by_ordinal = sha256_by_ordinal
-        self._http: httpx.Client | None = None
-
-    def __getstate__(self) -> dict:
-        """Pickle without the open client."""
-        return {"base_url": self.base_url, "sha256_by_ordinal": self.sha256_by_ordinal, "_http": None}
-
-    def __call__(self, ordinal: int) -> bytes:
-        """The original bytes of the image at this ordinal."""
-        if self._http is None:
-            self._http = httpx.Client(base_url=self.base_url, timeout=TIMEOUT)
-        response = self._http.get(f"/images/{self.sha256_by_ordinal[ordinal]}")
-        return _raise_for_status(response).content

@@ -21,6 +21,7 @@ from PIL import Image, ImageOps
 from app.classifiers.prediction_store import TOP_K, Predictions
 
 ReadBytes = Callable[[int], bytes]
+"""The bytes of the image at an ordinal; a reader with a `many(ordinals)` method reads a batch in one go."""
 Progress = Callable[[int, int], None]
 
 LOG2 = math.log(2.0)
@@ -142,7 +143,18 @@ class _ImageDataset(torch.utils.data.Dataset):
         return len(self.ordinals)
 
     def __getitem__(self, index: int) -> tuple[list[torch.Tensor], bool]:
-        image = decode_image(self.read_bytes(self.ordinals[index]))
+        return self._decoded(self.read_bytes(self.ordinals[index]))
+
+    def __getitems__(self, indices: list[int]) -> list[tuple[list[torch.Tensor], bool]]:
+        """A batch: its bytes read together when the reader can (DataLoader calls this per batch)."""
+        ordinals = [self.ordinals[index] for index in indices]
+        many = getattr(self.read_bytes, "many", None)
+        contents = many(ordinals) if many is not None else [self.read_bytes(o) for o in ordinals]
+        return [self._decoded(data) for data in contents]
+
+    def _decoded(self, data: bytes) -> tuple[list[torch.Tensor], bool]:
+        """One tensor per geometry, and whether the image decoded (zeros when it did not)."""
+        image = decode_image(data)
         if image is None:
             return [torch.zeros(size, dtype=torch.uint8) for size in self.input_sizes], False
         return [transform(image) for transform in self.transforms], True

@@ -2,7 +2,8 @@
 
 Leases are kept alive by a heartbeat thread; a lease lost to another worker stops the work on that job
 and its result is not reported. A classifier that cannot be loaded fails its job permanently (the
-classifier is then marked failed with the reason); any other error is reported and the job retried.
+classifier is then marked failed with the reason); any other error is reported and the job retried. A
+shard shared by several classifiers that fails is run again for each alone, so only the one at fault fails.
 """
 
 import os
@@ -18,11 +19,14 @@ import httpx
 import numpy as np
 import torch
 
-from app.classifiers.models import ClassifierSource
+from app.classifiers.enums import ClassifierSource
 from app.classifiers.timm_source import ClassifierSourceError, load_pretrained_tag, load_weights_file
-from app.competitions.service import cached_taxonomy
 from app.core.selection import select_pair
-from workers.client import HttpImageReader, LeaseLost, ServiceClient, ServiceUnavailable
+from app.core.taxonomy_sources import cached_taxonomy
+from app.jobs.enums import JobKind
+from app.jobs.schemas import ClaimedJob, ClaimResponse, PredictTask
+from workers.client import LeaseLost, ServiceClient, ServiceUnavailable
+from workers.image_readers import choose_reader
 from workers.inference import InferenceEngine
 
 SELECTION_FIELDS = ("top1", "prob")
@@ -103,6 +107,8 @@ class Worker:
     engine: InferenceEngine | None = None
     engine_classifiers: tuple[int, ...] = ()
     predictions: OrderedDict = field(default_factory=OrderedDict)
+    storage_url: str = ""
+    """Where the service keeps its blobs, from the latest claim."""
     jobs_done: int = 0
 
     def run(self, *, exit_when_idle: bool, poll_s: float = 2.0, stop: threading.Event | None = None) -> int:
@@ -115,52 +121,68 @@ class Worker:
                 self.report(f"service unavailable, retrying ({type(error).__name__})", 0, 1)
                 stop.wait(poll_s)
                 continue
-            if not claim["jobs"]:
-                if exit_when_idle and claim["unfinished"] == 0:
+            if not claim.jobs:
+                if exit_when_idle and claim.unfinished == 0:
                     break
                 stop.wait(poll_s)
                 continue
             self.run_claim(claim)
         return self.jobs_done
 
-    def run_claim(self, claim: dict) -> None:
+    def run_claim(self, claim: ClaimResponse) -> None:
         """Run the jobs of one claim under heartbeats."""
-        jobs = claim["jobs"]
-        leases = {job["id"]: job["lease_token"] for job in jobs}
-        with LeaseKeeper(self.heartbeat_client, leases, interval_s=claim["lease_seconds"] / 3) as keeper:
+        jobs = claim.jobs
+        self.storage_url = claim.storage_url
+        leases = {job.id: job.lease_token for job in jobs}
+        with LeaseKeeper(self.heartbeat_client, leases, interval_s=claim.lease_seconds / 3) as keeper:
             try:
-                if jobs[0]["kind"] == "predict":
+                if jobs[0].kind == JobKind.predict:
                     self._predict(jobs, keeper)
                 else:
                     self._select(jobs[0], keeper)
             except LeaseLost:
                 return
             except Exception:
-                self._fail_held(jobs, keeper, traceback.format_exc(limit=5), permanent=False)
+                if jobs[0].kind == JobKind.predict and len(jobs) > 1:
+                    self._predict_each_alone(jobs, keeper)
+                else:
+                    self._fail_held(jobs, keeper, traceback.format_exc(limit=5), permanent=False)
 
-    def _fail_held(self, jobs: list[dict], keeper: LeaseKeeper, error: str, permanent: bool) -> None:
+    def _predict_each_alone(self, jobs: list[ClaimedJob], keeper: LeaseKeeper) -> None:
+        """After a shard shared by several classifiers failed, run it for each on its own, so that only the
+        classifier at fault (say, one whose preprocessing cannot be done) fails its job."""
+        self.engine = None
+        for job in jobs:
+            if job.id in keeper.lost:
+                continue
+            try:
+                self._predict([job], keeper)
+            except LeaseLost:
+                continue
+            except Exception:
+                self._fail_held([job], keeper, traceback.format_exc(limit=5), permanent=False)
+
+    def _fail_held(self, jobs: list[ClaimedJob], keeper: LeaseKeeper, error: str, permanent: bool) -> None:
         """Report a failure for each job whose lease is still ours."""
         for job in jobs:
-            if job["id"] not in keeper.lost:
+            if job.id not in keeper.lost:
                 try:
-                    self.client.fail(job["id"], job["lease_token"], error, permanent)
+                    self.client.fail(job.id, job.lease_token, error, permanent)
                 except (LeaseLost, *TRANSIENT_ERRORS):  # unreported: the lease runs out, the job is retried
                     pass
 
-    def _model(self, task: dict) -> torch.nn.Module:
+    def _model(self, task: PredictTask) -> torch.nn.Module:
         """The classifier's timm model, loaded once and kept while its shards keep coming."""
-        classifier_id = task["classifier_id"]
+        classifier_id = task.classifier_id
         if classifier_id not in self.models:
-            if task["source"] == ClassifierSource.timm_weights.value:
+            if task.source == ClassifierSource.timm_weights:
                 path = self.client.weights_file(
-                    classifier_id, task["weights_sha256"], task["weights_format"], self.options.cache_dir
+                    classifier_id, task.weights_sha256, task.weights_format, self.options.cache_dir
                 )
-                model = load_weights_file(
-                    task["architecture"], path, task["num_classes"], task["data_config"]
-                )
+                model = load_weights_file(task.architecture, path, task.num_classes, task.data_config)
             else:
                 model = load_pretrained_tag(
-                    task["pretrained_tag"], task["num_classes"], cache_dir=self.options.cache_dir / "hub"
+                    task.pretrained_tag, task.num_classes, cache_dir=self.options.cache_dir / "hub"
                 )
             self.models[classifier_id] = model
         return self.models[classifier_id]
@@ -179,27 +201,35 @@ class Worker:
             self.engine_classifiers = classifier_ids
         return self.engine
 
-    def _predict(self, jobs: list[dict], keeper: LeaseKeeper) -> None:
+    def _predict(self, jobs: list[ClaimedJob], keeper: LeaseKeeper) -> None:
         """Predict one shard with every claimed classifier at once (shared decoding), upload each result."""
-        wanted = {job["predict"]["classifier_id"] for job in jobs}
+        tasks = [(job, _predict_task(job)) for job in jobs]
+        wanted = {task.classifier_id for _, task in tasks}
         self.models = {cid: model for cid, model in self.models.items() if cid in wanted}
         runnable, models = [], []
-        for job in sorted(jobs, key=lambda job: job["predict"]["classifier_id"]):
+        for job, task in sorted(tasks, key=lambda job_task: job_task[1].classifier_id):
             try:
-                models.append(self._model(job["predict"]))
-                runnable.append(job)
+                models.append(self._model(task))
+                runnable.append((job, task))
             except ClassifierSourceError as error:
                 self._fail_held([job], keeper, str(error), permanent=True)
         if not runnable:
             return
-        task = runnable[0]["predict"]
-        ordinals = [image["ordinal"] for image in task["images"]]
-        if ordinals != list(range(task["shard_start"], task["shard_end"])):
-            raise RuntimeError(f"shard {task['shard_start']}-{task['shard_end']} lists ordinals out of order")
-        reader = HttpImageReader(self.client.base_url, {i["ordinal"]: i["sha256"] for i in task["images"]})
-        engine = self._engine(tuple(job["predict"]["classifier_id"] for job in runnable), models)
-        names = ", ".join(job["predict"]["classifier_name"] for job in runnable)
-        label = f"predict {task['shard_start']}–{task['shard_end']} ({names})"
+        lease, task = runnable[0]
+        ordinals = [image.ordinal for image in task.images]
+        if ordinals != list(range(task.shard_start, task.shard_end)):
+            raise RuntimeError(f"shard {task.shard_start}-{task.shard_end} lists ordinals out of order")
+        reader = choose_reader(
+            self.storage_url,
+            task.images,
+            self.client.base_url,
+            self.client.token,
+            lease.id,
+            lease.lease_token,
+        )
+        engine = self._engine(tuple(task.classifier_id for _, task in runnable), models)
+        names = ", ".join(task.classifier_name for _, task in runnable)
+        label = f"predict {task.shard_start}–{task.shard_end} ({names})"
 
         def progress(done: int, total: int) -> None:
             keeper.progress_done = done
@@ -208,41 +238,43 @@ class Worker:
                 raise LeaseLost("every lease of this shard was taken over")
 
         results = engine.predict(ordinals, reader, progress)
-        for job, predictions in zip(runnable, results, strict=True):
-            if job["id"] in keeper.lost:
+        for (job, _), predictions in zip(runnable, results, strict=True):
+            if job.id in keeper.lost:
                 continue
             try:
-                self.client.complete_predict(job["id"], job["lease_token"], predictions)
+                self.client.complete_predict(job.id, job.lease_token, predictions)
                 self.jobs_done += 1
             except LeaseLost:
                 continue
 
-    def _select(self, job: dict, keeper: LeaseKeeper) -> None:
+    def _select(self, job: ClaimedJob, keeper: LeaseKeeper) -> None:
         """Algorithm 1 for one pair over the whole corpus, with its reserve; upload the selection."""
-        task = job["select"]
-        label = f"select pair {task['classifier_a_id']}×{task['classifier_b_id']}"
+        task = job.select
+        if task is None:
+            raise RuntimeError(f"select job {job.id} came without its task")
+        label = f"select pair {task.classifier_a_id}×{task.classifier_b_id}"
         self.report(label, 0, 1)
-        n_images = task["num_images"]
-        distance = cached_taxonomy(task["taxonomy"], task["taxonomy_source"]).distance_matrix()
-        a = self._predictions_of(task["classifier_a_id"], n_images)
-        b = self._predictions_of(task["classifier_b_id"], n_images)
+        n_images = task.num_images
+        distance = cached_taxonomy(task.taxonomy, task.taxonomy_source).distance_matrix()
+        a = self._predictions_of(task.classifier_a_id, n_images)
+        b = self._predictions_of(task.classifier_b_id, n_images)
         excluded = np.zeros(n_images, dtype=bool)
-        excluded[np.asarray(task["excluded_ordinals"], dtype=np.int64)] = True
+        excluded[np.asarray(task.excluded_ordinals, dtype=np.int64)] = True
         selection = select_pair(
             a["top1"][:n_images],
             a["prob"][:n_images],
             b["top1"][:n_images],
             b["prob"][:n_images],
             distance,
-            k=task["k"],
-            threshold=task["confidence_threshold"],
-            max_per_label=task["max_per_label"],
-            reserve_size=task["reserve_size"],
+            k=task.k,
+            threshold=task.confidence_threshold,
+            max_per_label=task.max_per_label,
+            reserve_size=task.reserve_size,
             excluded=excluded,
         )
         if keeper.all_lost():
             raise LeaseLost("the selection was taken over")
-        self.client.complete_select(job["id"], job["lease_token"], selection)
+        self.client.complete_select(job.id, job.lease_token, selection)
         self.jobs_done += 1
         self.report(label, 1, 1)
 
@@ -256,6 +288,13 @@ class Worker:
                 self.predictions.popitem(last=False)
         self.predictions.move_to_end(classifier_id)
         return cached
+
+
+def _predict_task(job: ClaimedJob) -> PredictTask:
+    """The predict task a predict job comes with."""
+    if job.predict is None:
+        raise RuntimeError(f"predict job {job.id} came without its task")
+    return job.predict
 
 
 def run_worker(

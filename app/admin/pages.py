@@ -1,6 +1,6 @@
 """Admin pages: competitions, images, classifiers (Algorithm 2 runs on its own), job progress, annotators.
 
-The pages only read; their forms call the REST API from static/admin.js with the page's CSRF token, so
+The pages only read; their forms call the REST API from static/forms.js with the page's CSRF token, so
 every admin action has one implementation (and one set of checks) behind the API.
 """
 
@@ -8,24 +8,28 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from sqlalchemy import select
 
-from app.classifiers.models import ClassifierSource
+from app.classifiers.enums import ClassifierSource
 from app.classifiers.service import list_classifiers
 from app.competitions import service as competitions_service
-from app.core.taxonomy import BUILTIN_TAXONOMIES
-from app.db import SessionDep
+from app.core.taxonomy_sources import BUILTIN_TAXONOMIES
+from app.db.session import SessionDep
 from app.images.models import CompetitionImage, Image
+from app.images.service import image_counts
 from app.jobs.service import competition_progress
-from app.labelling.service import annotator_stats
+from app.labelling.annotators import annotator_stats
+from app.labelling.gold import gold_questions
 from app.leaderboard import snapshots
-from app.leaderboard.service import compute_leaderboard
+from app.leaderboard.standings import compute_leaderboard
 from app.users import service as users_service
 from app.users.auth import ADMIN_ROLES, OptionalUser, page_user
 from app.users.models import Role
+from app.web.dependencies import CompetitionDep
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
 
 EXCLUDED_SHOWN = 200
+RECENT_IMAGES_SHOWN = 20
 
 
 @router.get("/admin", response_class=HTMLResponse)
@@ -39,7 +43,7 @@ def admin_home(request: Request, db_session: SessionDep, user: OptionalUser):
         "admin.html",
         user=admin,
         competitions=competitions_service.list_competitions(db_session=db_session),
-        image_counts=competitions_service.image_counts(db_session=db_session),
+        image_counts=image_counts(db_session=db_session),
         users=users_service.list_users(db_session=db_session),
         roles=[role.value for role in Role],
         taxonomies=[*BUILTIN_TAXONOMIES, "wordnet", "custom"],
@@ -47,18 +51,26 @@ def admin_home(request: Request, db_session: SessionDep, user: OptionalUser):
 
 
 @router.get("/admin/competitions/{competition_id}", response_class=HTMLResponse)
-def admin_competition(competition_id: int, request: Request, db_session: SessionDep, user: OptionalUser):
+def admin_competition(
+    request: Request, db_session: SessionDep, user: OptionalUser, competition: CompetitionDep
+):
     """A competition: progress, classifiers (add, retire), images (upload, exclude), annotators, snapshots."""
     admin = page_user(request, user, *ADMIN_ROLES)
     if isinstance(admin, RedirectResponse):
         return admin
-    competition = competitions_service.get_competition(db_session=db_session, competition_id=competition_id)
     excluded = db_session.execute(
         select(Image.sha256, CompetitionImage.ordinal, CompetitionImage.excluded_reason)
         .join(CompetitionImage, CompetitionImage.image_id == Image.id)
         .where(CompetitionImage.competition_id == competition.id, CompetitionImage.excluded)
         .order_by(CompetitionImage.ordinal)
         .limit(EXCLUDED_SHOWN)
+    ).all()
+    recent = db_session.execute(
+        select(Image, CompetitionImage.ordinal)
+        .join(CompetitionImage, CompetitionImage.image_id == Image.id)
+        .where(CompetitionImage.competition_id == competition.id)
+        .order_by(CompetitionImage.ordinal.desc())
+        .limit(RECENT_IMAGES_SHOWN)
     ).all()
     return render(
         request,
@@ -71,8 +83,30 @@ def admin_competition(competition_id: int, request: Request, db_session: Session
         board=compute_leaderboard(db_session=db_session, competition=competition),
         annotators=annotator_stats(db_session=db_session, competition=competition),
         excluded=excluded,
+        recent_images=recent,
         snapshots=[
             snapshots.snapshot_read(s)
             for s in snapshots.list_snapshots(db_session=db_session, competition_id=competition.id)
         ],
+    )
+
+
+@router.get("/admin/competitions/{competition_id}/gold", response_class=HTMLResponse)
+def admin_gold(request: Request, db_session: SessionDep, user: OptionalUser, competition: CompetitionDep):
+    """Gold questions: those with known answers, by image, and a form to add more."""
+    admin = page_user(request, user, *ADMIN_ROLES)
+    if isinstance(admin, RedirectResponse):
+        return admin
+    by_image: dict[str, list[tuple[str, bool]]] = {}
+    questions = gold_questions(db_session=db_session, competition=competition)
+    for question, sha256 in sorted(questions, key=lambda found: found[0].class_index):
+        name = str(competition.class_names[question.class_index])
+        by_image.setdefault(sha256, []).append((name, question.gold_answer))
+    return render(
+        request,
+        "admin_gold.html",
+        user=admin,
+        competition=competition,
+        gold=by_image,
+        classes=list(enumerate(competition.class_names)),
     )

@@ -1,31 +1,13 @@
 """Classifiers taking part in a competition and where their predictions come from."""
 
 from datetime import datetime
-from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import JSON, ForeignKey, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import Base, str_enum, utcnow
-
-
-class ClassifierSource(StrEnum):
-    """How predictions are made: timm + a weights file, a timm pretrained tag, or an uploaded file."""
-
-    timm_weights = "timm-weights"
-    timm_pretrained = "timm-pretrained"
-    predictions_file = "predictions-file"
-
-
-class ClassifierStatus(StrEnum):
-    """Lifecycle: pending → predicting → ready, or failed (with the reason), or retired by an admin."""
-
-    pending = "pending"
-    predicting = "predicting"
-    ready = "ready"
-    failed = "failed"
-    retired = "retired"
+from app.classifiers.enums import ClassifierSource, ClassifierStatus
+from app.db.base import Base, str_enum, utcnow
 
 
 class Classifier(Base):

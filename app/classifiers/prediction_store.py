@@ -7,26 +7,25 @@ Arrays (row i = image ordinal start + i):
   top5          int32 (n, 5)   five most probable labels, best first; -1 where absent
   top5_prob     float32 (n, 5) their probabilities; 0 where absent
 
-Layout on disk: <root>/<classifier_id>/shard-<start>-<end>.npz, start and end zero-padded to 10 digits,
-holding the five arrays (uncompressed npz) for ordinals [start, end). A shard is written to a hidden
-temporary file in the same directory, fsynced and renamed over its final name, so a crash or a full
-disk never leaves a partial shard and re-writing a shard replaces it whole.
+Layout in the blob store: predictions/<classifier_id>/shard-<start>-<end>.npz, start and end zero-padded to
+10 digits, holding the five arrays (uncompressed npz) for ordinals [start, end). Blob writes are atomic, so
+a crash or a full disk never leaves a partial shard and re-writing a shard replaces it whole.
 """
 
-import os
+import io
 import re
-import shutil
-import tempfile
 import zipfile
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
+
+from app.storage import BlobStore
+from app.storage.keys import prediction_shard_key, predictions_prefix
 
 NO_LABEL = -1
 TOP_K = 5
 SHARD_NAME = re.compile(r"shard-(\d{10})-(\d{10})\.npz")
-SHARD_MODE = 0o644
+SHARD_CONTENT_TYPE = "application/octet-stream"
 CLASSIFIER_DIR_NAME = re.compile(r"[A-Za-z0-9_-]+")
 ARRAY_DTYPES = {
     "top1": np.int32,
@@ -86,74 +85,64 @@ class Predictions:
 
 
 class PredictionStore:
-    """Prediction shards of every classifier under one root directory."""
+    """Prediction shards of every classifier, in one blob store."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
+    def __init__(self, blobs: BlobStore) -> None:
+        self.blobs = blobs
 
-    def classifier_dir(self, classifier_id: int | str) -> Path:
-        """The directory holding one classifier's shards."""
+    def prefix(self, classifier_id: int | str) -> str:
+        """The key prefix of one classifier's shards."""
         name = str(classifier_id)
         if not CLASSIFIER_DIR_NAME.fullmatch(name):
             raise ValueError(f"classifier id {name!r} must be letters, digits, '_' or '-'")
-        return self.root / name
+        return predictions_prefix(name)
 
-    def write_shard(self, classifier_id: int | str, start: int, predictions: Predictions) -> Path:
+    def write_shard(self, classifier_id: int | str, start: int, predictions: Predictions) -> str:
         """Atomically store predictions for ordinals [start, start + len), replacing the same shard."""
         if start < 0 or len(predictions) == 0:
             raise ValueError(f"a shard needs start >= 0 and rows; got start {start}, {len(predictions)} rows")
-        directory = self.classifier_dir(classifier_id)
-        directory.mkdir(parents=True, exist_ok=True)
-        path = _shard_path(directory, start, start + len(predictions))
-        descriptor, temporary = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(descriptor, "wb") as file:
-                os.fchmod(file.fileno(), SHARD_MODE)  # mkstemp makes 0600; readers may be another user
-                np.savez(file, **predictions.arrays())
-                file.flush()
-                os.fsync(file.fileno())
-            os.replace(temporary, path)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
-        _fsync_directory(directory)
-        return path
+        self.prefix(classifier_id)
+        key = prediction_shard_key(classifier_id, start, start + len(predictions))
+        buffer = io.BytesIO()
+        np.savez(buffer, **predictions.arrays())
+        self.blobs.put(key, buffer.getvalue(), content_type=SHARD_CONTENT_TYPE, immutable=False)
+        return key
 
     def shard_ranges(self, classifier_id: int | str) -> list[tuple[int, int]]:
         """The [start, end) ordinal ranges of one classifier's stored shards, sorted."""
-        directory = self.classifier_dir(classifier_id)
-        if not directory.is_dir():
-            return []
-        matches = (SHARD_NAME.fullmatch(entry.name) for entry in directory.iterdir())
+        keys = self.blobs.list_keys(self.prefix(classifier_id))
+        matches = (SHARD_NAME.fullmatch(key.rsplit("/", 1)[-1]) for key in keys)
         return sorted((int(match[1]), int(match[2])) for match in matches if match)
 
     def read(self, classifier_id: int | str, n_images: int) -> Predictions:
         """One classifier's predictions for ordinals 0..n_images-1, checking each is stored exactly once."""
         ranges = self.shard_ranges(classifier_id)
         _check_coverage(ranges, n_images, classifier_id)
-        directory = self.classifier_dir(classifier_id)
-        parts = [_read_shard(_shard_path(directory, start, end), end - start) for start, end in ranges]
+        parts = self._read_shards(classifier_id, ranges)
         return Predictions.concatenate(parts) if parts else Predictions.empty(0)
 
     def read_available(self, classifier_id: int | str, n_images: int) -> Predictions:
         """Predictions for ordinals 0..n_images-1, with no-prediction rows where no shard is stored (yet)."""
         ranges = self.shard_ranges(classifier_id)
         _check_no_overlap_or_overrun(ranges, n_images, classifier_id)
-        directory = self.classifier_dir(classifier_id)
         predictions = Predictions.empty(n_images)
-        for start, end in ranges:
-            for name, values in _read_shard(_shard_path(directory, start, end), end - start).arrays().items():
+        for (start, end), shard in zip(ranges, self._read_shards(classifier_id, ranges), strict=True):
+            for name, values in shard.arrays().items():
                 getattr(predictions, name)[start:end] = values
         return predictions
 
+    def _read_shards(self, classifier_id: int | str, ranges: list[tuple[int, int]]) -> list[Predictions]:
+        """The shards of these ranges, fetched together."""
+        keys = [prediction_shard_key(classifier_id, start, end) for start, end in ranges]
+        blobs = self.blobs.get_many(keys)
+        return [
+            _read_shard(key, data, end - start)
+            for key, data, (start, end) in zip(keys, blobs, ranges, strict=True)
+        ]
+
     def delete(self, classifier_id: int | str) -> None:
         """Remove every shard of one classifier (e.g. before storing an upload that replaces them)."""
-        shutil.rmtree(self.classifier_dir(classifier_id), ignore_errors=True)
-
-
-def _shard_path(directory: Path, start: int, end: int) -> Path:
-    """The file of the shard holding ordinals [start, end)."""
-    return directory / f"shard-{start:010d}-{end:010d}.npz"
+        self.blobs.delete_prefix(self.prefix(classifier_id))
 
 
 def _check_coverage(ranges: list[tuple[int, int]], n_images: int, classifier_id: int | str) -> None:
@@ -187,22 +176,13 @@ def _check_no_overlap_or_overrun(
         )
 
 
-def _read_shard(path: Path, n_rows: int) -> Predictions:
-    """The predictions in one shard file, checked to hold `n_rows` rows of the documented arrays."""
+def _read_shard(key: str, data: bytes, n_rows: int) -> Predictions:
+    """The predictions in one shard blob, checked to hold `n_rows` rows of the documented arrays."""
     try:
-        with np.load(path, allow_pickle=False) as shard:
+        with np.load(io.BytesIO(data), allow_pickle=False) as shard:
             predictions = Predictions(**{name: shard[name] for name in ARRAY_DTYPES})
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
-        raise PredictionStoreError(f"prediction shard {path} is unreadable: {error}") from error
+        raise PredictionStoreError(f"prediction shard {key} is unreadable: {error}") from error
     if len(predictions) != n_rows:
-        raise PredictionStoreError(f"prediction shard {path} has {len(predictions)} rows, expected {n_rows}")
+        raise PredictionStoreError(f"prediction shard {key} has {len(predictions)} rows, expected {n_rows}")
     return predictions
-
-
-def _fsync_directory(directory: Path) -> None:
-    """Make a rename inside `directory` durable (POSIX: fsync the directory itself)."""
-    descriptor = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)

@@ -21,12 +21,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from app.classifiers.npz import NpzError, load_npz
 from app.classifiers.prediction_store import NO_LABEL, TOP_K, Predictions
 
 REQUIRED_COLUMNS = ("sha256", "top1", "prob")
 OPTIONAL_COLUMNS = ("entropy", "top5", "top5_prob")
 PARQUET_MAGIC = b"PAR1"
 ZIP_MAGIC = b"PK\x03\x04"
+MAX_BYTES_PER_ROW = 256
+"""Most bytes an NPZ array may hold per image of the competition (a '<U64' hash is 256)."""
 EXAMPLES_SHOWN = 3
 ENTROPY_SLACK_BITS = 1e-3
 
@@ -40,7 +43,7 @@ def read_prediction_upload(path: Path, ordinal_by_sha256: Mapping[str, int], num
 
     `ordinal_by_sha256` maps each of the competition's images (lowercase hex sha256) to its ordinal.
     """
-    columns = _read_columns(path)
+    columns = _read_columns(path, max_rows=len(ordinal_by_sha256))
     missing = [name for name in REQUIRED_COLUMNS if name not in columns]
     if missing:
         raise PredictionUploadError(
@@ -58,23 +61,31 @@ def read_prediction_upload(path: Path, ordinal_by_sha256: Mapping[str, int], num
     return predictions
 
 
-def _read_columns(path: Path) -> dict[str, np.ndarray]:
-    """The known columns of a Parquet or NPZ file as numpy arrays, told apart by their magic bytes."""
+def _read_columns(path: Path, max_rows: int) -> dict[str, np.ndarray]:
+    """The known columns of a Parquet or NPZ file as numpy arrays, told apart by their magic bytes; a file
+    of more than max_rows rows is refused before its data is unpacked."""
     try:
         with path.open("rb") as file:
             magic = file.read(4)
     except OSError as error:
         raise PredictionUploadError(f"cannot open the predictions file: {error}") from error
     if magic == PARQUET_MAGIC:
-        return _read_parquet(path)
+        return _read_parquet(path, max_rows)
     if magic == ZIP_MAGIC:
-        return _read_npz(path)
+        return _read_npz(path, max_rows)
     raise PredictionUploadError("the predictions file is neither Parquet nor NPZ")
 
 
-def _read_parquet(path: Path) -> dict[str, np.ndarray]:
-    """The known columns of a Parquet file; list columns become (n, 5) arrays."""
+def _read_parquet(path: Path, max_rows: int) -> dict[str, np.ndarray]:
+    """The known columns of a Parquet file of at most max_rows rows; list columns become (n, 5) arrays."""
     try:
+        metadata = pq.ParquetFile(path).metadata
+        size = sum(metadata.row_group(index).total_byte_size for index in range(metadata.num_row_groups))
+        if metadata.num_rows > max_rows or size > max_rows * MAX_BYTES_PER_ROW:
+            raise PredictionUploadError(
+                f"the file holds {metadata.num_rows:,} rows ({size:,} bytes unpacked): more than the "
+                f"competition's {max_rows:,} images"
+            )
         table = pq.read_table(path)
     except (pa.ArrowException, OSError) as error:
         raise PredictionUploadError(f"unreadable Parquet file: {error}") from error
@@ -106,12 +117,11 @@ def _list_column(name: str, column: pa.Array) -> np.ndarray:
     return values.to_numpy(False).reshape(len(column), TOP_K)
 
 
-def _read_npz(path: Path) -> dict[str, np.ndarray]:
-    """The known arrays of an NPZ file."""
+def _read_npz(path: Path, max_rows: int) -> dict[str, np.ndarray]:
+    """The known arrays of an NPZ file, each of at most max_rows rows' worth of bytes."""
     try:
-        with np.load(path, allow_pickle=False) as archive:
-            return {name: archive[name] for name in (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS) if name in archive}
-    except Exception as error:  # damage surfaces as BadZipFile, EOFError, OSError, ValueError (pickled), ...
+        return load_npz(str(path), (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS), max_rows * MAX_BYTES_PER_ROW)
+    except NpzError as error:
         raise PredictionUploadError(
             f"unreadable NPZ file ({error}); arrays must be numbers or fixed-width strings (sha256 as '<U64')"
         ) from error
@@ -133,7 +143,10 @@ def _hashes(values: np.ndarray) -> list[str]:
     """The sha256 column as lowercase strings."""
     if values.dtype.kind not in "USO":
         raise PredictionUploadError(f"sha256 must hold hex strings, not {values.dtype}")
-    return [(value.decode() if isinstance(value, bytes) else str(value)).lower() for value in values.tolist()]
+    hashes = [
+        value.decode("ascii", "replace") if isinstance(value, bytes) else str(value) for value in values
+    ]
+    return [sha.lower() for sha in hashes]
 
 
 def _ordinals(hashes: list[str], ordinal_by_sha256: Mapping[str, int]) -> np.ndarray:

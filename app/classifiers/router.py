@@ -9,23 +9,28 @@ from pathlib import Path
 from typing import Annotated
 
 import numpy as np
-from fastapi import APIRouter, File, Form, Query, Request, UploadFile, status
+from fastapi import APIRouter, File, Form, Query, UploadFile, status
 from fastapi.responses import FileResponse, Response
 from pydantic import ValidationError
 
 from app.classifiers import service
-from app.classifiers.models import ClassifierSource
+from app.classifiers.enums import ClassifierSource
+from app.classifiers.models import Classifier
 from app.classifiers.prediction_store import ARRAY_DTYPES
 from app.classifiers.schemas import ClassifierRead, DataConfig
-from app.competitions.service import get_competition
-from app.db import SessionDep
-from app.errors import InvalidInput, PayloadTooLarge
-from app.jobs.service import competition_image_count
-from app.users.auth import AdminUser, WorkerUser
+from app.db.session import SessionDep
+from app.errors import InvalidInput
+from app.images.service import competition_image_count
+from app.jobs import lifecycle
+from app.storage.keys import weights_key
+from app.storage.responses import blob_response
+from app.users.auth import AdminUser, OptionalUser, WorkerUser
+from app.users.models import Role
+from app.web.dependencies import CompetitionDep, SettingsDep
+from app.web.errors import error_responses
 
 router = APIRouter(prefix="/api/v1", tags=["classifiers"])
 
-MAX_UPLOAD_BYTES = 4 * 1024**3
 NPZ_MEDIA_TYPE = "application/octet-stream"
 
 
@@ -35,11 +40,8 @@ def _spooled_to_disk(upload: UploadFile) -> Iterator[Path]:
     suffix = Path(upload.filename or "").suffix
     with tempfile.TemporaryDirectory(prefix="mad-upload-") as directory:
         path = Path(directory) / f"upload{suffix}"
-        with path.open("wb") as target:
+        with path.open("wb") as target:  # its size is bounded by MAD_MAX_UPLOAD_BYTES (app.web.body_guard)
             shutil.copyfileobj(upload.file, target, length=1024 * 1024)
-            size = target.tell()
-        if size > MAX_UPLOAD_BYTES:
-            raise PayloadTooLarge(f"uploads are limited to {MAX_UPLOAD_BYTES:,} bytes")
         yield path
 
 
@@ -57,12 +59,13 @@ def _data_config(text: str | None) -> dict | None:
     "/competitions/{competition_id}/classifiers",
     status_code=status.HTTP_201_CREATED,
     summary="Register a classifier (admin)",
+    responses=error_responses(401, 403, 404, 409, 413, 422, 503),
 )
 def register_classifier(
-    competition_id: int,
-    request: Request,
     db_session: SessionDep,
+    settings: SettingsDep,
     _admin: AdminUser,
+    competition: CompetitionDep,
     name: Annotated[str, Form(min_length=1, max_length=100)],
     source: Annotated[ClassifierSource, Form()],
     architecture: Annotated[str | None, Form(description="timm architecture, with timm-weights")] = None,
@@ -83,8 +86,6 @@ def register_classifier(
     timm-pretrained needs `pretrained_tag`; predictions-file needs a Parquet/NPZ `file` keyed by image sha256.
     Errors say what is wrong and nothing is stored.
     """
-    settings = request.app.state.settings
-    competition = get_competition(db_session=db_session, competition_id=competition_id)
     common = dict(
         db_session=db_session,
         settings=settings,
@@ -92,84 +93,114 @@ def register_classifier(
         name=name,
         reported_accuracy=reported_accuracy,
     )
+    classifier = _register(source, architecture, pretrained_tag, data_config, file, common)
+    lifecycle.enqueue_classifier(db_session=db_session, settings=settings, classifier=classifier)
+    return ClassifierRead.shown_to(classifier, admin=True)
+
+
+def _register(
+    source: ClassifierSource,
+    architecture: str | None,
+    pretrained_tag: str | None,
+    data_config: str | None,
+    file: UploadFile | None,
+    common: dict,
+) -> Classifier:
+    """Check and store a classifier from the source the form names."""
     if source == ClassifierSource.timm_pretrained:
         if not pretrained_tag:
             raise InvalidInput("timm-pretrained needs pretrained_tag")
-        return ClassifierRead.model_validate(
-            service.register_timm_pretrained(pretrained_tag=pretrained_tag, **common)
-        )
+        return service.register_timm_pretrained(pretrained_tag=pretrained_tag, **common)
     if file is None:
         raise InvalidInput(f"{source.value} needs a file")
     with _spooled_to_disk(file) as path:
         if source == ClassifierSource.timm_weights:
             if not architecture:
                 raise InvalidInput("timm-weights needs architecture")
-            classifier = service.register_timm_weights(
+            return service.register_timm_weights(
                 architecture=architecture,
                 weights_file=path,
                 weights_filename=file.filename or "",
                 data_config=_data_config(data_config),
                 **common,
             )
-        else:
-            classifier = service.register_predictions_file(predictions_file=path, **common)
-    return ClassifierRead.model_validate(classifier)
+        return service.register_predictions_file(predictions_file=path, **common)
 
 
-@router.get("/competitions/{competition_id}/classifiers", summary="List a competition's classifiers")
-def list_classifiers(competition_id: int, db_session: SessionDep) -> list[ClassifierRead]:
-    """In registration order, with status and the error of a failed one."""
-    get_competition(db_session=db_session, competition_id=competition_id)
+@router.get(
+    "/competitions/{competition_id}/classifiers",
+    summary="List a competition's classifiers",
+    responses=error_responses(401, 404, 422),
+)
+def list_classifiers(
+    db_session: SessionDep, user: OptionalUser, competition: CompetitionDep
+) -> list[ClassifierRead]:
+    """In registration order, with status and why a failed one failed (in one line; admins also get the
+    worker's whole report in error_detail)."""
     return [
-        ClassifierRead.model_validate(c)
-        for c in service.list_classifiers(db_session=db_session, competition_id=competition_id)
+        ClassifierRead.shown_to(c, admin=_is_admin(user))
+        for c in service.list_classifiers(db_session=db_session, competition_id=competition.id)
     ]
 
 
-@router.get("/classifiers/{classifier_id}", summary="Read a classifier")
-def read_classifier(classifier_id: int, db_session: SessionDep) -> ClassifierRead:
-    """One classifier with its status."""
-    return ClassifierRead.model_validate(
-        service.get_classifier(db_session=db_session, classifier_id=classifier_id)
-    )
+@router.get(
+    "/classifiers/{classifier_id}", summary="Read a classifier", responses=error_responses(401, 404, 422)
+)
+def read_classifier(classifier_id: int, db_session: SessionDep, user: OptionalUser) -> ClassifierRead:
+    """One classifier with its status (a failure's detail for admins only, as in the list)."""
+    classifier = service.get_classifier(db_session=db_session, classifier_id=classifier_id)
+    return ClassifierRead.shown_to(classifier, admin=_is_admin(user))
 
 
-@router.post("/classifiers/{classifier_id}/retire", summary="Retire a classifier (admin)")
+def _is_admin(user) -> bool:
+    """Whether the caller is a signed-in admin."""
+    return user is not None and user.role == Role.admin
+
+
+@router.post(
+    "/classifiers/{classifier_id}/retire",
+    summary="Retire a classifier (admin)",
+    responses=error_responses(401, 403, 404, 422),
+)
 def retire_classifier(classifier_id: int, db_session: SessionDep, _admin: AdminUser) -> ClassifierRead:
     """The classifier leaves the leaderboard and its pairs are ignored; its queued and running jobs are
     cancelled. Its stored predictions, selections and votes are kept. Retiring twice is harmless."""
     classifier = service.get_classifier(db_session=db_session, classifier_id=classifier_id)
-    retired = service.retire_classifier(db_session=db_session, classifier=classifier)
-    return ClassifierRead.model_validate(retired)
+    retired = lifecycle.retire_classifier(db_session=db_session, classifier=classifier)
+    return ClassifierRead.shown_to(retired, admin=True)
 
 
 @router.get(
     "/classifiers/{classifier_id}/weights",
     response_class=FileResponse,
-    responses={200: {"content": {NPZ_MEDIA_TYPE: {}}}},
+    responses={200: {"content": {NPZ_MEDIA_TYPE: {}}}} | error_responses(401, 403, 404, 422),
     summary="Download a classifier's weights file (worker)",
 )
-def download_weights(classifier_id: int, request: Request, db_session: SessionDep, _worker: WorkerUser):
+def download_weights(classifier_id: int, db_session: SessionDep, settings: SettingsDep, _worker: WorkerUser):
     """The weights file registered with a timm-weights classifier."""
     classifier = service.get_classifier(db_session=db_session, classifier_id=classifier_id)
     if classifier.weights_sha256 is None:
         raise InvalidInput(f"classifier {classifier.name!r} has no weights file ({classifier.source.value})")
-    path = service.weights_path(
-        request.app.state.settings, classifier.weights_sha256, classifier.weights_format
+    key = weights_key(classifier.weights_sha256, classifier.weights_format)
+    return blob_response(
+        settings.blob_store,
+        key,
+        media_type=NPZ_MEDIA_TYPE,
+        headers={},
+        filename=key.rsplit("/", 1)[-1],
     )
-    return FileResponse(path, media_type=NPZ_MEDIA_TYPE, filename=path.name)
 
 
 @router.get(
     "/classifiers/{classifier_id}/predictions",
     response_class=Response,
-    responses={200: {"content": {NPZ_MEDIA_TYPE: {}}}},
+    responses={200: {"content": {NPZ_MEDIA_TYPE: {}}}} | error_responses(401, 403, 404, 409, 422),
     summary="Download a classifier's prediction arrays as .npz (worker)",
 )
 def download_predictions(
     classifier_id: int,
-    request: Request,
     db_session: SessionDep,
+    settings: SettingsDep,
     _worker: WorkerUser,
     fields: Annotated[list[str] | None, Query(description="Arrays to include (default: all)")] = None,
 ) -> Response:
@@ -180,9 +211,7 @@ def download_predictions(
         raise InvalidInput(f"unknown fields {unknown}; choose from {list(ARRAY_DTYPES)}")
     classifier = service.get_classifier(db_session=db_session, classifier_id=classifier_id)
     n_images = competition_image_count(db_session=db_session, competition_id=classifier.competition_id)
-    arrays = service.read_predictions(
-        settings=request.app.state.settings, classifier=classifier, n_images=n_images
-    ).arrays()
+    arrays = service.read_predictions(settings=settings, classifier=classifier, n_images=n_images).arrays()
     buffer = io.BytesIO()
     np.savez(buffer, **{name: arrays[name] for name in fields})
     return Response(buffer.getvalue(), media_type=NPZ_MEDIA_TYPE)

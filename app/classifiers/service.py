@@ -3,30 +3,26 @@
 Registration checks everything it can before storing anything: a weights file is loaded into its
 architecture with the competition's class count, a predictions file is fully validated. What only a
 worker can find out (e.g. a pretrained download failing) marks the classifier failed with the reason.
+The jobs of a registered classifier are queued by app.jobs.lifecycle.enqueue_classifier.
 """
 
 import hashlib
 from pathlib import Path
 
-from sqlalchemy import or_, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.classifiers.models import Classifier, ClassifierSource, ClassifierStatus
+from app.classifiers.enums import ClassifierSource, ClassifierStatus
+from app.classifiers.models import Classifier
 from app.classifiers.prediction_store import Predictions, PredictionStore, PredictionStoreError
 from app.classifiers.prediction_upload import PredictionUploadError, read_prediction_upload
 from app.competitions.models import Competition
-from app.db import utcnow
 from app.errors import Conflict, InvalidInput, NotFound, storage_errors
 from app.images.models import CompetitionImage, Image
-from app.images.store import write_atomically
-from app.jobs import service as jobs_service
-from app.jobs.models import Job, JobStatus
 from app.settings import Settings
+from app.storage.keys import weights_key
 
-
-def weights_path(settings: Settings, sha256: str, weights_format: str) -> Path:
-    """Where a stored weights file lives."""
-    return settings.weights_dir / f"{sha256}.{weights_format}"
+WEIGHTS_CONTENT_TYPE = "application/octet-stream"
 
 
 def get_classifier(*, db_session: Session, classifier_id: int) -> Classifier:
@@ -65,24 +61,6 @@ def _new_classifier(
     return classifier
 
 
-def _enqueue(db_session: Session, settings: Settings, classifier: Classifier) -> None:
-    """Queue the classifier's predict jobs, or its select jobs when its predictions are already stored."""
-    jobs_service.lock_competition(db_session=db_session, competition_id=classifier.competition_id)
-    if classifier.status == ClassifierStatus.ready:
-        jobs_service.enqueue_selections(
-            db_session=db_session,
-            competition_id=classifier.competition_id,
-            max_attempts=settings.job_max_attempts,
-        )
-    else:
-        jobs_service.enqueue_predictions(
-            db_session=db_session,
-            classifier=classifier,
-            max_attempts=settings.job_max_attempts,
-            shard_size=settings.predict_shard_size,
-        )
-
-
 def register_timm_weights(
     *,
     db_session: Session,
@@ -111,7 +89,13 @@ def register_timm_weights(
     if stored_format is None:
         raise InvalidInput(f"weights file {weights_filename!r}: use {', '.join(WEIGHTS_FORMATS)}")
     try:
-        load_weights_file(architecture, weights_file, len(competition.class_keys), data_config)
+        load_weights_file(
+            architecture,
+            weights_file,
+            len(competition.class_keys),
+            data_config,
+            shown_name=weights_filename,
+        )
     except ClassifierSourceError as error:
         raise InvalidInput(str(error)) from None
     sha256 = hashlib.sha256(weights_file.read_bytes()).hexdigest()
@@ -126,12 +110,11 @@ def register_timm_weights(
         weights_format=stored_format,
         data_config=data_config or None,
     )
-    stored = weights_path(settings, sha256, stored_format)
-    if not stored.exists():
-        with storage_errors("the weights file"):
-            write_atomically(stored, weights_file.read_bytes())
-    PredictionStore(settings.predictions_dir).delete(classifier.id)
-    _enqueue(db_session, settings, classifier)
+    stored = weights_key(sha256, stored_format)
+    with storage_errors("the weights file"):
+        if not settings.blob_store.exists(stored):
+            settings.blob_store.put_file(stored, weights_file, content_type=WEIGHTS_CONTENT_TYPE)
+    PredictionStore(settings.blob_store).delete(classifier.id)
     return classifier
 
 
@@ -168,8 +151,7 @@ def register_timm_pretrained(
         architecture=pretrained_tag.split(".")[0],
         pretrained_tag=pretrained_tag,
     )
-    PredictionStore(settings.predictions_dir).delete(classifier.id)
-    _enqueue(db_session, settings, classifier)
+    PredictionStore(settings.blob_store).delete(classifier.id)
     return classifier
 
 
@@ -208,44 +190,25 @@ def register_predictions_file(
         source=ClassifierSource.predictions_file,
         status=ClassifierStatus.ready,
     )
-    store = PredictionStore(settings.predictions_dir)
+    store = PredictionStore(settings.blob_store)
     store.delete(classifier.id)
     with storage_errors("the predictions file"):
         store.write_shard(classifier.id, 0, predictions)
-    _enqueue(db_session, settings, classifier)
     return classifier
 
 
 def read_predictions(*, settings: Settings, classifier: Classifier, n_images: int) -> Predictions:
     """A classifier's predictions for ordinals 0..n-1; ordinals it has not predicted (yet) get none."""
     try:
-        return PredictionStore(settings.predictions_dir).read_available(classifier.id, n_images)
+        return PredictionStore(settings.blob_store).read_available(classifier.id, n_images)
     except PredictionStoreError as error:
         raise Conflict(f"predictions of classifier {classifier.name!r} are unusable: {error}") from None
 
 
-def retire_classifier(*, db_session: Session, classifier: Classifier) -> Classifier:
-    """Take a classifier out of the competition: it leaves the leaderboard, its pairs are ignored, and its
-    queued or running jobs are cancelled (a worker still running one has its result refused)."""
-    if classifier.status == ClassifierStatus.retired:
-        return classifier
-    jobs_service.lock_competition(db_session=db_session, competition_id=classifier.competition_id)
-    jobs = db_session.scalars(  # locked before the classifier row: the lock order of app.jobs.service
-        select(Job)
-        .where(
-            or_(Job.classifier_id == classifier.id, Job.other_classifier_id == classifier.id),
-            Job.status.in_([JobStatus.queued, JobStatus.running]),
-        )
-        .order_by(Job.id)
-        .with_for_update()
-    ).all()
-    now = utcnow()
-    classifier.status = ClassifierStatus.retired
-    classifier.retired_at = now
-    for job in jobs:
-        job.status = JobStatus.failed
-        job.error = f"cancelled: classifier {classifier.name!r} was retired"
-        job.finished_at = now
-        job.lease_expires_at = None
-    db_session.flush()
-    return classifier
+def readable_predictions(settings: Settings, classifier: Classifier, n_images: int) -> Predictions:
+    """A classifier's predictions, or none at all while a shard is missing in the middle (shards finish in
+    any order while new images are being predicted)."""
+    try:
+        return read_predictions(settings=settings, classifier=classifier, n_images=n_images)
+    except Conflict:
+        return Predictions.empty(n_images)

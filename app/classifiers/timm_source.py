@@ -53,16 +53,23 @@ class PretrainedUnavailableError(ClassifierSourceError):
 
 
 def load_weights_file(
-    architecture: str, weights_path: Path, num_classes: int, data_config: dict | None = None
+    architecture: str,
+    weights_path: Path,
+    num_classes: int,
+    data_config: dict | None = None,
+    *,
+    shown_name: str | None = None,
 ) -> torch.nn.Module:
     """Build `architecture` (or `arch.tag`) with the weights of a .safetensors/.pth file, in eval mode.
 
     The file must hold a state dict whose classifier has `num_classes` outputs, in label-set order.
     `data_config` overrides the preprocessing of the pretrained config (input_size, crop_pct, mean, …)
-    for weights trained at another resolution.
+    for weights trained at another resolution. Errors name the file `shown_name` (the name its owner
+    gave it, when `weights_path` is a copy), else the file's own name.
     """
+    shown = shown_name or weights_path.name
     _check_architecture(architecture)
-    _check_weights_file(weights_path)
+    _check_weights_file(weights_path, shown)
     # num_classes in the overlay keeps timm from silently dropping a head it thinks was made for 1000 classes.
     preprocessing = {key: tuple(v) if isinstance(v, list) else v for key, v in (data_config or {}).items()}
     with _lower_case_suffix(weights_path) as loadable:
@@ -72,7 +79,7 @@ def load_weights_file(
                 architecture, pretrained=True, pretrained_cfg_overlay=overlay, num_classes=num_classes
             )
         except Exception as error:  # timm surfaces file and key problems as many unrelated exception types
-            raise _explain_load_failure(architecture, weights_path, loadable, num_classes, error) from error
+            raise _explain_load_failure(architecture, shown, loadable, num_classes, error) from error
     return model.eval()
 
 
@@ -142,37 +149,42 @@ def _suggestions(name: str, known: list[str]) -> str:
     return f"; did you mean {', '.join(close)}?" if close else ""
 
 
-def _check_weights_file(weights_path: Path) -> None:
+def _check_weights_file(weights_path: Path, shown: str) -> None:
     """Raise CorruptWeightsError unless `weights_path` is an existing file with a suffix timm can load."""
-    if weights_format(weights_path.name) is None:
-        raise CorruptWeightsError(
-            f"weights file {weights_path.name!r} must end with one of {', '.join(WEIGHTS_FORMATS)}"
-        )
+    if weights_format(shown) is None:
+        raise CorruptWeightsError(f"weights file {shown!r} must end with one of {', '.join(WEIGHTS_FORMATS)}")
     if not weights_path.is_file():
         raise CorruptWeightsError(f"weights file {weights_path} does not exist")
 
 
 def _explain_load_failure(
-    architecture: str, weights_path: Path, loadable: Path, num_classes: int, error: Exception
+    architecture: str, shown: str, loadable: Path, num_classes: int, error: Exception
 ) -> ClassifierSourceError:
-    """The error a user understands for a failed timm load, found by re-reading the file (at `loadable`)."""
+    """The error a user understands for a failed timm load of their file `shown`, found by re-reading it
+    (at `loadable`)."""
     try:
         found = load_state_dict(str(loadable))
     except Exception as read_error:
         return CorruptWeightsError(
-            f"weights file {weights_path.name!r} is unreadable (corrupt, truncated or not a "
-            f"{weights_path.suffix} state dict): {read_error}"
+            f"weights file {shown!r} is unreadable (corrupt, truncated or not a "
+            f"{Path(shown).suffix} state dict): {_first_line(read_error)}"
         )
     model = timm.create_model(architecture, num_classes=num_classes)
     head_classes = _head_classes(model, found)
     if head_classes is not None and head_classes != num_classes:
         return ClassCountError(
-            f"weights file {weights_path.name!r} has a classifier with {head_classes} classes, "
+            f"weights file {shown!r} has a classifier with {head_classes} classes, "
             f"but the competition's label set has {num_classes}"
         )
-    mismatch = _state_dict_mismatch(model.state_dict(), found)
+    expected = model.state_dict()
+    if set(expected) != set(found):
+        return WeightsMismatchError(
+            f"weights file {shown!r} was not saved from {architecture!r}: "
+            f"{_key_mismatch(expected, found)}; register it with the architecture it was trained as"
+        )
     return WeightsMismatchError(
-        f"weights file {weights_path.name!r} does not fit architecture {architecture!r}: {mismatch or error}"
+        f"weights file {shown!r} does not fit architecture {architecture!r}: "
+        f"{_shape_mismatch(expected, found) or _first_line(error)}"
     )
 
 
@@ -186,21 +198,33 @@ def _head_classes(model: torch.nn.Module, state_dict: dict[str, torch.Tensor]) -
     return None
 
 
-def _state_dict_mismatch(expected: dict[str, torch.Tensor], found: dict[str, torch.Tensor]) -> str:
-    """A short description of missing keys, unexpected keys and shape differences ('' when none)."""
-    missing = [key for key in expected if key not in found]
-    unexpected = [key for key in found if key not in expected]
+def _key_mismatch(expected: dict[str, torch.Tensor], found: dict[str, torch.Tensor]) -> str:
+    """How many of the model's tensors the file lacks and how many of the file's the model has no place
+    for, as counts: the names themselves tell a user nothing."""
+    missing = sum(key not in found for key in expected)
+    unexpected = sum(key not in expected for key in found)
+    parts = [
+        f"{missing} of the model's {len(expected)} tensors are not in the file" if missing else "",
+        f"{unexpected} of the file's {len(found)} tensors are not in the model" if unexpected else "",
+    ]
+    return " and ".join(part for part in parts if part)
+
+
+def _shape_mismatch(expected: dict[str, torch.Tensor], found: dict[str, torch.Tensor]) -> str:
+    """How many tensors differ in shape, and the first of them ('' when none)."""
     shapes = [
         f"{key} is {tuple(found[key].shape)} in the file, {tuple(value.shape)} in the model"
         for key, value in expected.items()
-        if key in found and found[key].shape != value.shape
+        if found[key].shape != value.shape
     ]
-    parts = [
-        f"{len(missing)} missing keys (e.g. {', '.join(missing[:3])})" if missing else "",
-        f"{len(unexpected)} unexpected keys (e.g. {', '.join(unexpected[:3])})" if unexpected else "",
-        f"{len(shapes)} shape mismatches (e.g. {'; '.join(shapes[:3])})" if shapes else "",
-    ]
-    return ", ".join(part for part in parts if part)
+    if not shapes:
+        return ""
+    return f"{len(shapes)} tensor{'s have' if len(shapes) > 1 else ' has'} another shape ({shapes[0]})"
+
+
+def _first_line(error: Exception) -> str:
+    """An exception's first line, at most 200 characters: library errors can list every key of a model."""
+    return str(error).strip().split("\n", 1)[0][:200]
 
 
 def _source_url(cfg: PretrainedCfg) -> str:

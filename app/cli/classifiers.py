@@ -10,6 +10,7 @@ from app.classifiers import service
 from app.classifiers.schemas import DataConfig
 from app.cli.common import console, database_session, fail, load_settings
 from app.competitions.service import get_competition_by_name
+from app.jobs.lifecycle import enqueue_classifier
 
 classifiers_app = typer.Typer(
     help="Register the classifiers of a competition and list them.", no_args_is_help=True
@@ -88,6 +89,7 @@ def add(
             classifier = service.register_timm_pretrained(pretrained_tag=pretrained, **common)
         else:
             classifier = service.register_predictions_file(predictions_file=predictions, **common)
+        enqueue_classifier(db_session=session, settings=settings, classifier=classifier)
         status = classifier.status.value
     console.print(
         f"Registered classifier [bold]{name}[/] ({status}). Run `mad worker` to compute its predictions."

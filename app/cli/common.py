@@ -9,7 +9,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from sqlalchemy.orm import Session
 
-from app.db import create_db_engine, create_sessionmaker
+from app.db.engine import create_db_engine, create_sessionmaker
 from app.errors import MadError
 from app.migrate import DatabaseNotReady, check_current
 from app.settings import Settings

@@ -8,6 +8,7 @@ from rich.table import Table
 from app.cli.common import console, database_session, fail, load_settings
 from app.competitions import service
 from app.competitions.schemas import CompetitionCreate
+from app.images.service import image_counts
 
 competitions_app = typer.Typer(help="Create and list MAD competitions.", no_args_is_help=True)
 
@@ -38,6 +39,13 @@ def create(
         "needs WordNet data for nltk), or the path of a custom YAML/JSON taxonomy file.",
     ),
     description: str = typer.Option("", help="Shown on the home page."),
+    guidelines: Path = typer.Option(
+        None,
+        exists=True,
+        dir_okay=False,
+        help="A text file of guidelines for annotators (paragraphs separated by blank lines), shown on the "
+        "competition's guidelines page; the admin page can change them later.",
+    ),
     k: int = typer.Option(30, help="Images selected per classifier pair (paper: 30)."),
     threshold: float = typer.Option(
         0.8, help="Confidence threshold T: both top-1 probabilities ≥ T (paper: 0.8)."
@@ -54,6 +62,7 @@ def create(
         spec = CompetitionCreate(
             name=name,
             description=description,
+            guidelines=guidelines.read_text(encoding="utf-8") if guidelines else "",
             taxonomy=kind,
             taxonomy_source=source,
             k=k,
@@ -75,7 +84,7 @@ def create(
 def list_competitions() -> None:
     """Show every competition with its parameters and image count."""
     with database_session(load_settings()) as session:
-        counts = service.image_counts(db_session=session)
+        counts = image_counts(db_session=session)
         rows = [
             service.to_read(c, counts.get(c.id, 0)) for c in service.list_competitions(db_session=session)
         ]

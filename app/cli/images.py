@@ -1,18 +1,46 @@
 """`mad images import`: add a folder, an archive or single files to a competition's corpus."""
 
 import json
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeRemainingColumn,
+)
+from rich.text import Text
 
 from app.cli.common import console, database_session, fail, load_settings
 from app.competitions.service import get_competition_by_name
+from app.images.remote_sources import (
+    HTTP_TIMEOUT,
+    ManifestError,
+    bucket_entries,
+    is_bucket_url,
+    is_manifest_name,
+    manifest_entries,
+    read_manifest,
+)
 from app.images.service import ImageLimits, ImportReport, import_entries
-from app.images.sources import count_archive_members, count_folder_files, path_entries
+from app.images.sources import (
+    ImportItem,
+    ReadLimits,
+    count_archive_members,
+    count_folder_files,
+    path_entries,
+)
 from app.images.store import ImageStore
 from app.jobs.service import enqueue_competition_predictions
+from app.settings import Settings
 
 images_app = typer.Typer(help="Import images into a competition's corpus.", no_args_is_help=True)
 
@@ -40,36 +68,80 @@ def _print_list(title: str, rows: list[tuple[str, str]], style: str) -> None:
         console.print(f"  … and {len(rows) - SHOWN_PER_KIND} more (see --report)")
 
 
+class RateColumn(ProgressColumn):
+    """Files per second, as rich estimates it."""
+
+    def render(self, task: Task) -> Text:
+        return Text(f"{task.speed or 0:,.0f} files/s", style="progress.data.speed")
+
+
+@contextmanager
+def _import_source(source: str, settings: Settings) -> Iterator[tuple[Iterable[ImportItem], int | None]]:
+    """The entries of an import source and how many there are when that is cheap to know."""
+    limits = ReadLimits.from_settings(settings)
+    if is_bucket_url(source):
+        try:
+            entries = list(bucket_entries(source, limits.max_file_bytes))
+        except OSError as error:
+            fail(f"cannot list {source}: {error}")
+        yield entries, len(entries)
+        return
+    path = Path(source)
+    if not path.exists():
+        fail(f"{path} does not exist")
+    if is_manifest_name(path.name) and path.is_file():
+        try:
+            table = read_manifest(path)
+        except ManifestError as error:
+            fail(str(error))
+        with httpx.Client(timeout=HTTP_TIMEOUT, follow_redirects=True) as http:
+            yield manifest_entries(path, table, limits.max_file_bytes, http), table.num_rows
+        return
+    yield path_entries(path, limits), _expected_total(path)
+
+
 @images_app.command("import")
 def import_images(
-    path: Path = typer.Argument(
-        ..., help="A folder (searched recursively), a .zip/.tar(.gz) archive, or one image."
+    source: str = typer.Argument(
+        ...,
+        help="A folder (searched recursively), a .zip/.tar(.gz) archive, one image, an s3://bucket/prefix, "
+        "or a CSV/Parquet manifest whose 'uri' column lists paths, s3:// keys or http(s) URLs (optional "
+        "columns: source_url, license, author).",
     ),
     competition: str = typer.Option(
         ..., "--competition", "-c", help="Name of the competition to add them to."
     ),
-    threads: int = typer.Option(2, min=1, max=64, help="Threads that hash, decode and thumbnail images."),
+    threads: int = typer.Option(
+        2, min=1, max=64, help="Threads that read, hash, decode and thumbnail images (more for S3 or URLs)."
+    ),
     report: Path | None = typer.Option(None, help="Write the full per-file report here as JSON."),
 ) -> None:
     """Store JPEG, PNG and WebP images once by SHA-256 and give each a stable ordinal in the competition.
 
-    Duplicates are stored once and listed; bad files (not an image, truncated, too large, over the pixel
-    limit, links leaving the folder, archive members with '..') are listed by name and skipped.
-    Work is committed every few hundred files, so an interrupted import can simply be run again.
+    Duplicates are stored once and listed, and so are near-duplicates (pHashes within 4 of 64 bits); bad
+    files (not an image, truncated, too large, over the pixel limit, links leaving the folder, archive
+    members with '..') are listed by name and skipped. Work is committed every few hundred files, and a
+    re-run skips the files an earlier run imported without reading them: an interrupted import can
+    simply be run again.
     """
-    if not path.exists():
-        fail(f"{path} does not exist")
     settings = load_settings()
     limits = ImageLimits(settings.max_image_bytes, settings.max_image_pixels, settings.thumbnail_size)
-    store = ImageStore(settings.data_dir)
-    columns = (TextColumn("Importing"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    store = ImageStore(settings.blob_store)
+    columns = (
+        TextColumn("Importing"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        RateColumn(),
+        TimeRemainingColumn(),
+    )
     with (
+        _import_source(source, settings) as (entries, total),
         database_session(settings) as session,
         ThreadPoolExecutor(threads) as executor,
         Progress(*columns, console=console, transient=True) as progress,
     ):
         target = get_competition_by_name(db_session=session, name=competition)
-        task = progress.add_task("import", total=_expected_total(path))
+        task = progress.add_task("import", total=total)
 
         def commit_batch(partial: ImportReport) -> None:
             session.commit()
@@ -79,10 +151,11 @@ def import_images(
             db_session=session,
             store=store,
             competition=target,
-            entries=path_entries(path, limits.max_bytes),
+            entries=entries,
             limits=limits,
             executor=executor,
             on_batch=commit_batch,
+            ahead=2 * threads,
         )
         queued = enqueue_competition_predictions(
             db_session=session,
@@ -91,14 +164,22 @@ def import_images(
             shard_size=settings.predict_shard_size,
         )
     _print_list("Duplicates, stored once", result.duplicates, "yellow")
+    _print_list("Near-duplicates (pHash within 4 of 64 bits), both kept", result.near_duplicates, "yellow")
     _print_list("Rejected", result.rejected, "red")
     if queued:
         console.print(f"Queued {len(queued)} prediction jobs for the new images: run `mad worker`.")
     console.print(
         f"[bold]{len(result.added)}[/] added, {len(result.duplicates)} duplicates, "
-        f"{len(result.rejected)} rejected → competition [bold]{competition}[/]."
+        f"{len(result.rejected)} rejected, {len(result.near_duplicates)} near-duplicates, "
+        f"{len(result.skipped)} skipped (imported before) → competition [bold]{competition}[/]."
     )
     if report is not None:
-        sections = {"added": result.added, "duplicates": result.duplicates, "rejected": result.rejected}
+        sections = {
+            "added": result.added,
+            "duplicates": result.duplicates,
+            "near_duplicates": result.near_duplicates,
+            "rejected": result.rejected,
+            "skipped": result.skipped,
+        }
         payload = {kind: [{"name": n, "detail": d} for n, d in rows] for kind, rows in sections.items()}
         report.write_text(json.dumps(payload, indent=2, ensure_ascii=False))

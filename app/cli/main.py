@@ -1,5 +1,7 @@
 """The `mad` command line: database, server, accounts, competitions, images, classifiers, workers."""
 
+import inspect
+
 import typer
 
 from app.cli.classifiers import classifiers_app
@@ -37,10 +39,9 @@ def serve(
     workers: int = typer.Option(1, min=1, help="Server processes."),
 ) -> None:
     """Serve the web pages and the REST API (OpenAPI at /docs) with uvicorn."""
-    import uvicorn
-
-    from app.db import create_db_engine
+    from app.db.engine import create_db_engine
     from app.migrate import DatabaseNotReady, check_current
+    from app.serving import serve as serve_app
 
     settings = load_settings()
     engine = create_db_engine(settings.sqlalchemy_url)
@@ -50,4 +51,21 @@ def serve(
         fail(str(error))
     finally:
         engine.dispose()
-    uvicorn.run("app.main:create_app", factory=True, host=host, port=port, workers=workers)
+    serve_app(settings, host=host, port=port, workers=workers)
+
+
+def unwrapped(text: str) -> str:
+    """A docstring's paragraphs, each on one line: the help wraps them to the terminal's width (Typer keeps
+    the source's line breaks after the first paragraph, which broke sentences mid-way)."""
+    return "\n\n".join(" ".join(paragraph.split()) for paragraph in inspect.cleandoc(text).split("\n\n"))
+
+
+def unwrap_help(group: typer.Typer) -> None:
+    """Give every command of the group, and of its subgroups, its docstring unwrapped as its help."""
+    for command in group.registered_commands:
+        command.help = unwrapped(command.help or inspect.getdoc(command.callback) or "")
+    for subgroup in group.registered_groups:
+        unwrap_help(subgroup.typer_instance)
+
+
+unwrap_help(app)

@@ -6,7 +6,8 @@ import numpy as np
 import typer
 from rich.console import Console
 
-from app.core.taxonomy import TaxonomyError, load_taxonomy
+from app.core.taxonomy import TaxonomyError
+from app.core.taxonomy_sources import load_taxonomy
 
 taxonomy_app = typer.Typer(
     help="Class taxonomies (ImageNet-1k, ImageNet-A, custom files) and their MAD distance matrices.",

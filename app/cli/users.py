@@ -1,14 +1,16 @@
-"""`mad users`: add accounts and issue API tokens."""
+"""`mad users`: add accounts, set passwords, deactivate accounts and issue API tokens."""
 
 import typer
 from rich.table import Table
 
 from app.cli.common import console, database_session, fail, load_settings
+from app.labelling.annotators import deactivate as deactivate_account
 from app.users import service
 from app.users.models import Role
 
 users_app = typer.Typer(
-    help="Add admin, annotator and worker accounts; issue API tokens.", no_args_is_help=True
+    help="Add admin, annotator and worker accounts; set passwords, deactivate accounts, issue API tokens.",
+    no_args_is_help=True,
 )
 
 
@@ -46,6 +48,39 @@ def issue_token(
     console.print(issued)
 
 
+@users_app.command("password")
+def set_password(
+    username: str = typer.Argument(..., help="Whose password."),
+    password: str = typer.Option(None, help="At least 8 characters; asked for interactively when omitted."),
+) -> None:
+    """Set a new password for an admin or annotator (when they forgot theirs); tell it to them."""
+    if password is None:
+        password = typer.prompt("New password", hide_input=True, confirmation_prompt=True)
+    with database_session(load_settings()) as session:
+        user = service.get_user_by_name(db_session=session, username=username)
+        service.set_password(db_session=session, user=user, password=password)
+    console.print(f"New password set for [bold]{username}[/].")
+
+
+@users_app.command("deactivate")
+def deactivate(username: str = typer.Argument(..., help="Whose account.")) -> None:
+    """Stop an account: it can no longer sign in, label or use its tokens, and the images it was labelling
+    go to others at once. `mad users reactivate` undoes it; its votes keep counting unless excluded."""
+    with database_session(load_settings()) as session:
+        user = service.get_user_by_name(db_session=session, username=username)
+        deactivate_account(db_session=session, user=user)
+    console.print(f"Deactivated [bold]{username}[/].")
+
+
+@users_app.command("reactivate")
+def reactivate(username: str = typer.Argument(..., help="Whose account.")) -> None:
+    """Let a deactivated account sign in and use its tokens again."""
+    with database_session(load_settings()) as session:
+        user = service.get_user_by_name(db_session=session, username=username)
+        service.set_active(db_session=session, user=user, is_active=True)
+    console.print(f"Reactivated [bold]{username}[/].")
+
+
 @users_app.command("list")
 def list_users() -> None:
     """Show every account with its role and whether it is active."""
@@ -53,7 +88,8 @@ def list_users() -> None:
         users = service.list_users(db_session=session)
         table = Table("id", "username", "role", "active")
         for user in users:
-            table.add_row(str(user.id), user.username, user.role.value, "yes" if user.is_active else "paused")
+            state = "yes" if user.is_active else "deactivated"
+            table.add_row(str(user.id), user.username, user.role.value, state)
     if not users:
         fail("no accounts yet: add one with `mad users add NAME --role admin`")
     console.print(table)

@@ -11,9 +11,7 @@ from rich.table import Table
 from app.cli.common import console, database_session, fail, load_settings
 from app.competitions.service import get_competition_by_name
 from app.jobs import service as jobs_service
-from app.jobs.models import JobStatus
-from app.main import create_app
-from app.serving import serve_in_thread
+from app.jobs.enums import JobStatus
 from app.users import service as users_service
 from workers.client import ServiceError
 
@@ -26,6 +24,9 @@ def _service(url: str | None, token: str | None) -> Iterator[tuple[str, str]]:
             fail("--url needs --token (a worker token: `mad users add NAME --role worker --token`)")
         yield url, token
         return
+    from app.main import create_app  # the web app loads only when this machine serves itself
+    from app.serving import serve_in_thread
+
     settings = load_settings()
     with database_session(settings) as session:
         token = users_service.local_worker_token(db_session=session)

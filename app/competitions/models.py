@@ -6,7 +6,10 @@ from typing import Any
 from sqlalchemy import JSON, CheckConstraint, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import Base, utcnow
+from app.db.base import Base, utcnow
+
+MIN_SMOOTHING, MAX_SMOOTHING = 0.001, 1000.0
+"""Bounds of the Laplace pseudo-count α: below, a_ij / a_ji overflows; above, every a_ij is about ½."""
 
 
 class Competition(Base):
@@ -18,13 +21,16 @@ class Competition(Base):
         CheckConstraint("confidence_threshold >= 0 AND confidence_threshold <= 1", name="threshold_unit"),
         CheckConstraint("max_per_label >= 1", name="max_per_label_positive"),
         CheckConstraint("panel_size >= 1 AND panel_size % 2 = 1", name="panel_odd"),
-        CheckConstraint("smoothing > 0", name="smoothing_positive"),
+        CheckConstraint(
+            f"smoothing >= {MIN_SMOOTHING} AND smoothing <= {MAX_SMOOTHING}", name="smoothing_in_range"
+        ),
         CheckConstraint("gold_rate >= 0 AND gold_rate < 1", name="gold_rate_unit"),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(64), unique=True)
     description: Mapped[str] = mapped_column(Text, default="")
+    guidelines: Mapped[str] = mapped_column(Text, default="")
     taxonomy: Mapped[str] = mapped_column(String(64))
     taxonomy_source: Mapped[str | None] = mapped_column(Text)
     class_keys: Mapped[list[Any]] = mapped_column(JSON)

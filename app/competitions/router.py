@@ -3,14 +3,22 @@
 from fastapi import APIRouter, status
 
 from app.competitions import service
-from app.competitions.schemas import ClassRead, CompetitionCreate, CompetitionRead
-from app.db import SessionDep
+from app.competitions.schemas import ClassRead, CompetitionCreate, CompetitionRead, CompetitionUpdate
+from app.db.session import SessionDep
+from app.images.service import image_counts
 from app.users.auth import AdminUser
+from app.web.dependencies import CompetitionDep
+from app.web.errors import error_responses
 
 router = APIRouter(prefix="/api/v1/competitions", tags=["competitions"])
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, summary="Create a competition (admin)")
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    summary="Create a competition (admin)",
+    responses=error_responses(401, 403, 409, 422),
+)
 def create_competition(body: CompetitionCreate, db_session: SessionDep, _admin: AdminUser) -> CompetitionRead:
     """Resolve the taxonomy into the label set and store the MAD parameters; 409 if the name is taken."""
     competition = service.create_competition(db_session=db_session, spec=body)
@@ -20,22 +28,40 @@ def create_competition(body: CompetitionCreate, db_session: SessionDep, _admin: 
 @router.get("", summary="List competitions")
 def list_competitions(db_session: SessionDep) -> list[CompetitionRead]:
     """Every competition with its parameters and image count."""
-    counts = service.image_counts(db_session=db_session)
+    counts = image_counts(db_session=db_session)
     return [service.to_read(c, counts.get(c.id, 0)) for c in service.list_competitions(db_session=db_session)]
 
 
-@router.get("/{competition_id}", summary="Read a competition")
-def read_competition(competition_id: int, db_session: SessionDep) -> CompetitionRead:
+@router.get("/{competition_id}", summary="Read a competition", responses=error_responses(404, 422))
+def read_competition(competition: CompetitionDep, db_session: SessionDep) -> CompetitionRead:
     """One competition with its parameters and image count."""
-    competition = service.get_competition(db_session=db_session, competition_id=competition_id)
-    return service.to_read(competition, service.image_counts(db_session=db_session).get(competition.id, 0))
+    return service.to_read(competition, image_counts(db_session=db_session).get(competition.id, 0))
 
 
-@router.get("/{competition_id}/classes", summary="The label set in model output order")
-def list_classes(competition_id: int, db_session: SessionDep) -> list[ClassRead]:
-    """Class index (what classifiers output), key (e.g. WordNet id) and display name."""
-    competition = service.get_competition(db_session=db_session, competition_id=competition_id)
+@router.patch(
+    "/{competition_id}",
+    summary="Change a competition's description or guidelines (admin)",
+    responses=error_responses(401, 403, 404, 422),
+)
+def update_competition(
+    body: CompetitionUpdate, db_session: SessionDep, _admin: AdminUser, competition: CompetitionDep
+) -> CompetitionRead:
+    """Set the description and the annotators' guidelines (fields left out stay as they are)."""
+    service.update_competition(db_session=db_session, competition=competition, change=body)
+    return service.to_read(competition, image_counts(db_session=db_session).get(competition.id, 0))
+
+
+@router.get(
+    "/{competition_id}/classes",
+    summary="The label set in model output order",
+    responses=error_responses(404, 422),
+)
+def list_classes(competition: CompetitionDep) -> list[ClassRead]:
+    """Class index (what classifiers output), key (e.g. WordNet id), display name and definition (a WordNet
+    gloss, or a custom taxonomy's description)."""
+    definitions = service.class_definitions(competition)
+    classes = zip(competition.class_keys, competition.class_names, definitions, strict=True)
     return [
-        ClassRead(index=index, key=key, name=name)
-        for index, (key, name) in enumerate(zip(competition.class_keys, competition.class_names, strict=True))
+        ClassRead(index=index, key=key, name=name, definition=definition)
+        for index, (key, name, definition) in enumerate(classes)
     ]

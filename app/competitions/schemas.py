@@ -5,7 +5,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from app.competitions.models import MAX_SMOOTHING, MIN_SMOOTHING
+
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
+GUIDELINES_MAX = 20_000
 TaxonomyKind = Literal["imagenet-1k", "imagenet-a", "wordnet", "custom"]
 
 
@@ -14,6 +17,12 @@ class CompetitionCreate(BaseModel):
 
     name: str = Field(pattern=NAME_PATTERN, examples=["imagenet-flickr"], description="Lowercase slug.")
     description: str = Field(default="", max_length=2000)
+    guidelines: str = Field(
+        default="",
+        max_length=GUIDELINES_MAX,
+        description="What annotators should know (what counts as a yes, when to flag or skip); plain text, "
+        "paragraphs separated by blank lines, shown on the competition's guidelines page.",
+    )
     taxonomy: TaxonomyKind = Field(
         default="imagenet-1k",
         description="imagenet-1k / imagenet-a: shipped WordNet hierarchy; wordnet: a list of noun synsets "
@@ -36,12 +45,18 @@ class CompetitionCreate(BaseModel):
     )
     smoothing: float = Field(
         default=1.0,
-        gt=0,
-        description="Laplace pseudo-count α > 0: (correct + α) / (n + 2α); α = 0 leaves a pair where one "
-        "classifier is never right without a dominance b_ij and the ranking undefined.",
+        ge=MIN_SMOOTHING,
+        le=MAX_SMOOTHING,
+        allow_inf_nan=False,
+        description=f"Laplace pseudo-count α in [{MIN_SMOOTHING}, {MAX_SMOOTHING:g}]: "
+        "(correct + α) / (n + 2α); α = 0 leaves a pair where one classifier is never right without a "
+        "dominance b_ij and the ranking undefined, and beyond these bounds a_ij / a_ji overflows.",
     )
     gold_rate: float = Field(
-        default=0.0, ge=0, lt=1, description="Share of gold questions mixed into labelling."
+        default=0.0,
+        ge=0,
+        lt=1,
+        description="Probability that an image handed to an annotator is a gold one (drawn each time).",
     )
 
     @field_validator("panel_size")
@@ -53,6 +68,14 @@ class CompetitionCreate(BaseModel):
         return value
 
 
+class CompetitionUpdate(BaseModel):
+    """What can change once a competition runs: its description and its guidelines for annotators (the
+    label set and the MAD parameters are fixed, as selections and votes depend on them)."""
+
+    description: str | None = Field(default=None, max_length=2000)
+    guidelines: str | None = Field(default=None, max_length=GUIDELINES_MAX)
+
+
 class CompetitionRead(BaseModel):
     """A competition as the API shows it."""
 
@@ -61,6 +84,7 @@ class CompetitionRead(BaseModel):
     id: int
     name: str
     description: str
+    guidelines: str
     taxonomy: str
     num_classes: int
     k: int
@@ -74,8 +98,10 @@ class CompetitionRead(BaseModel):
 
 
 class ClassRead(BaseModel):
-    """One class of the label set: its index (the models' output index), key and display name."""
+    """One class of the label set: its index (the models' output index), key, display name and what it
+    means (a WordNet gloss or a custom taxonomy's description; empty when the taxonomy gives none)."""
 
     index: int
     key: str
     name: str
+    definition: str

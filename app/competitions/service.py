@@ -1,48 +1,49 @@
 """Competitions: create them with a resolved label set, find them, and rebuild their taxonomy."""
 
-from functools import lru_cache
-
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.competitions.models import Competition
-from app.competitions.schemas import CompetitionCreate, CompetitionRead
-from app.core import taxonomy as core_taxonomy
+from app.competitions.schemas import CompetitionCreate, CompetitionRead, CompetitionUpdate
+from app.core import taxonomy_sources
 from app.core.taxonomy import Taxonomy, TaxonomyError
+from app.core.taxonomy_sources import BUILTIN_TAXONOMIES, cached_taxonomy
 from app.errors import Conflict, InvalidInput, NotFound
-from app.images.models import CompetitionImage
 
 
 def build_taxonomy(kind: str, source: str | None) -> Taxonomy:
     """The taxonomy a competition names: a shipped one, WordNet synsets, or a custom file's text."""
+    if kind not in BUILTIN_TAXONOMIES and (not source or not source.strip()):
+        raise InvalidInput(f"taxonomy {kind!r} needs taxonomy_source")
     try:
-        if kind in core_taxonomy.BUILTIN_TAXONOMIES:
-            return core_taxonomy.load_taxonomy(kind)
-        if not source or not source.strip():
-            raise InvalidInput(f"taxonomy {kind!r} needs taxonomy_source")
-        if kind == "wordnet":
-            return core_taxonomy.from_wordnet([line.strip() for line in source.splitlines() if line.strip()])
-        return core_taxonomy.from_text(source)
+        return taxonomy_sources.build_taxonomy(kind, source)
     except TaxonomyError as error:
         raise InvalidInput(f"taxonomy: {error}") from None
 
 
-@lru_cache(maxsize=16)
-def cached_taxonomy(kind: str, source: str | None) -> Taxonomy:
-    """build_taxonomy, remembered per process (the distance matrix is cached on the object)."""
-    return build_taxonomy(kind, source)
-
-
 def competition_taxonomy(competition: Competition) -> Taxonomy:
     """The taxonomy of a competition, built once per process."""
-    return cached_taxonomy(competition.taxonomy, competition.taxonomy_source)
+    try:
+        return cached_taxonomy(competition.taxonomy, competition.taxonomy_source)
+    except TaxonomyError as error:
+        raise InvalidInput(f"taxonomy: {error}") from None
+
+
+def class_definitions(competition: Competition) -> tuple[str, ...]:
+    """What each class means, in class order ("" where the taxonomy says nothing, or its data is missing on
+    this machine)."""
+    try:
+        taxonomy = cached_taxonomy(competition.taxonomy, competition.taxonomy_source)
+    except TaxonomyError:
+        return ("",) * len(competition.class_keys)
+    return tuple(taxonomy.definition(index) for index in range(len(competition.class_keys)))
 
 
 def create_competition(*, db_session: Session, spec: CompetitionCreate) -> Competition:
     """Add a competition after resolving its label set; 409 if the name is taken."""
     if db_session.scalar(select(Competition.id).where(Competition.name == spec.name)) is not None:
         raise Conflict(f"a competition named {spec.name!r} already exists")
-    source = spec.taxonomy_source if spec.taxonomy not in core_taxonomy.BUILTIN_TAXONOMIES else None
+    source = spec.taxonomy_source if spec.taxonomy not in BUILTIN_TAXONOMIES else None
     taxonomy = build_taxonomy(spec.taxonomy, source)
     competition = Competition(
         **spec.model_dump(exclude={"taxonomy_source"}),
@@ -63,6 +64,13 @@ def get_competition(*, db_session: Session, competition_id: int) -> Competition:
     return competition
 
 
+def update_competition(*, db_session: Session, competition: Competition, change: CompetitionUpdate) -> None:
+    """Set the description and guidelines given (None leaves one as it is)."""
+    for field, value in change.model_dump(exclude_none=True).items():
+        setattr(competition, field, value)
+    db_session.flush()
+
+
 def get_competition_by_name(*, db_session: Session, name: str) -> Competition:
     """The competition with this name, or NotFound saying how to list them."""
     competition = db_session.scalar(select(Competition).where(Competition.name == name))
@@ -76,12 +84,10 @@ def list_competitions(*, db_session: Session) -> list[Competition]:
     return list(db_session.scalars(select(Competition).order_by(Competition.id)))
 
 
-def image_counts(*, db_session: Session) -> dict[int, int]:
-    """Number of images per competition id."""
-    rows = db_session.execute(
-        select(CompetitionImage.competition_id, func.count()).group_by(CompetitionImage.competition_id)
-    )
-    return dict(rows.all())
+def lock_competition(*, db_session: Session, competition_id: int) -> None:
+    """Serialise changes within a competition, e.g. job creation (row lock on Postgres; SQLite serialises
+    writers)."""
+    db_session.execute(select(Competition.id).where(Competition.id == competition_id).with_for_update())
 
 
 def to_read(competition: Competition, image_count: int) -> CompetitionRead:
@@ -90,6 +96,7 @@ def to_read(competition: Competition, image_count: int) -> CompetitionRead:
         id=competition.id,
         name=competition.name,
         description=competition.description,
+        guidelines=competition.guidelines,
         taxonomy=competition.taxonomy,
         num_classes=len(competition.class_keys),
         k=competition.k,

@@ -165,26 +165,35 @@ class GroupPrecision:
     support: int
 
 
+def worst_classes(
+    taxonomy: Taxonomy, predicted: ArrayLike, correct: ArrayLike, min_support: int = 3, count: int = 1
+) -> list[GroupPrecision]:
+    """The `count` classes of lowest precision_c with support ≥ min_support, worst first: the first is the
+    worst-class precision WCP = min_c precision_c (Bitterwolf et al. Eq. 3, on MAD labels).
+
+    Ties go to the class with more support, then the lower index.
+    """
+    precision, support = class_precision(predicted, correct, len(taxonomy.classes))
+    return [
+        GroupPrecision(taxonomy.classes[i], taxonomy.names[i], float(precision[i]), int(support[i]))
+        for i in _worst(precision, support, min_support)[:count]
+    ]
+
+
 def worst_class_precision(
     taxonomy: Taxonomy, predicted: ArrayLike, correct: ArrayLike, min_support: int = 3
 ) -> GroupPrecision | None:
-    """WCP = min_c precision_c over classes with support ≥ min_support (Bitterwolf et al. Eq. 3, MAD labels).
-
-    Ties go to the class with more support, then the lower index; None if no class has enough support.
-    """
-    precision, support = class_precision(predicted, correct, len(taxonomy.classes))
-    index = _worst(precision, support, min_support)
-    if index is None:
-        return None
-    return GroupPrecision(
-        taxonomy.classes[index], taxonomy.names[index], float(precision[index]), int(support[index])
-    )
+    """WCP = min_c precision_c over classes with support ≥ min_support (Bitterwolf et al. Eq. 3, MAD labels);
+    None if no class has enough support."""
+    worst = worst_classes(taxonomy, predicted, correct, min_support)
+    return worst[0] if worst else None
 
 
-def worst_superclass(
-    taxonomy: Taxonomy, predicted: ArrayLike, correct: ArrayLike, min_support: int = 10
-) -> GroupPrecision | None:
-    """The superclass s minimising Σ_{c∈s} yes_c / Σ_{c∈s} support_c, support ≥ min_support.
+def worst_superclasses(
+    taxonomy: Taxonomy, predicted: ArrayLike, correct: ArrayLike, min_support: int = 10, count: int = 1
+) -> list[GroupPrecision]:
+    """The `count` superclasses s of lowest Σ_{c∈s} yes_c / Σ_{c∈s} support_c with support ≥ min_support,
+    worst first (ties: more support, then the lower index).
 
     Superclasses are the taxonomy's non-root nodes above at least two classes (WordNet synsets for
     ImageNet); precision as in `class_precision`, pooled over the classes below s. The analogue of
@@ -197,19 +206,25 @@ def worst_superclass(
     group_precision = np.divide(
         group_hits, group_support, out=np.full(len(nodes), np.nan), where=group_support > 0
     )
-    index = _worst(group_precision, group_support, min_support)
-    if index is None:
-        return None
-    node = nodes[index]
-    return GroupPrecision(
-        node, taxonomy.node_names[node], float(group_precision[index]), int(group_support[index])
-    )
+    return [
+        GroupPrecision(
+            nodes[i], taxonomy.node_names[nodes[i]], float(group_precision[i]), int(group_support[i])
+        )
+        for i in _worst(group_precision, group_support, min_support)[:count]
+    ]
 
 
-def _worst(precision: np.ndarray, support: np.ndarray, min_support: int) -> int | None:
-    """Index of the lowest precision with support ≥ min_support; ties: more support, then lower index."""
+def worst_superclass(
+    taxonomy: Taxonomy, predicted: ArrayLike, correct: ArrayLike, min_support: int = 10
+) -> GroupPrecision | None:
+    """The superclass of lowest pooled precision with support ≥ min_support (see worst_superclasses); None
+    if no superclass has enough support."""
+    worst = worst_superclasses(taxonomy, predicted, correct, min_support)
+    return worst[0] if worst else None
+
+
+def _worst(precision: np.ndarray, support: np.ndarray, min_support: int) -> list[int]:
+    """Indices with support ≥ min_support, lowest precision first; ties: more support, then lower index."""
     candidates = np.flatnonzero(support >= max(min_support, 1))
-    if not len(candidates):
-        return None
     order = np.lexsort((candidates, -support[candidates], precision[candidates]))
-    return int(candidates[order[0]])
+    return [int(index) for index in candidates[order]]

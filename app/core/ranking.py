@@ -20,6 +20,10 @@ PairOutcomes = Mapping[tuple[int, int], tuple[ArrayLike, ArrayLike]]
 DEFAULT_ALPHA = 1.0
 PERRON_TOLERANCE = 1e-12
 PERRON_MAX_ITERATIONS = 10_000
+SCORE_DECIMALS = 6
+"""Scores are ranked rounded to 6 decimals: equal scores then tie whatever their float noise (1e-16 in
+HodgeRank and Bradley–Terry without labels, 1e-12 from the Perron iteration's tolerance, 1e-8 from choix's),
+and no score difference shown on a page (3 decimals) is lost."""
 
 
 class ConvergenceError(RuntimeError):
@@ -39,6 +43,11 @@ class PairCounts:
     def m(self) -> int:
         """Number of classifiers."""
         return len(self.n)
+
+    @property
+    def without_evidence(self) -> np.ndarray:
+        """Classifiers with no labelled image in any of their pairs (Σ_j n_ij = 0): nothing ranks them."""
+        return self.n.sum(axis=1) == 0
 
 
 def count_outcomes(outcomes: PairOutcomes, m: int) -> PairCounts:
@@ -154,9 +163,14 @@ def win_rate(counts: PairCounts) -> np.ndarray:
     return np.divide(won, decided, out=np.full(counts.m, 0.5), where=decided > 0)
 
 
-def ranks_from_scores(scores: np.ndarray) -> np.ndarray:
-    """Rank 1 = highest score along the last axis; tied scores share the better rank."""
-    return rankdata(-np.asarray(scores), method="min", axis=-1).astype(np.int64)
+def ranks_from_scores(scores: ArrayLike, without_evidence: ArrayLike | None = None) -> np.ndarray:
+    """Rank 1 = highest score rounded to SCORE_DECIMALS, along the last axis; tied scores share the better
+    rank. Classifiers `without_evidence` come after all the others, tied: a score they owe only to b_ij = 1
+    for their unlabelled pairs places them nowhere."""
+    rounded = np.round(np.asarray(scores, dtype=np.float64), SCORE_DECIMALS)
+    if without_evidence is not None:
+        rounded = np.where(without_evidence, -np.inf, rounded)
+    return rankdata(-rounded, method="min", axis=-1).astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -169,11 +183,16 @@ class Ranking:
     hodge: np.ndarray
     bradley_terry: np.ndarray
     win_rate: np.ndarray
+    without_evidence: np.ndarray
 
     @property
     def ranks(self) -> np.ndarray:
-        """MAD ranks from the Perron scores, 1 = best."""
-        return ranks_from_scores(self.perron.scores)
+        """MAD ranks from the Perron scores, 1 = best; classifiers without evidence last."""
+        return self.ranks_of(self.perron.scores)
+
+    def ranks_of(self, scores: np.ndarray) -> np.ndarray:
+        """Ranks by one of the scores (Perron, HodgeRank, Bradley–Terry, win rate), without evidence last."""
+        return ranks_from_scores(scores, self.without_evidence)
 
 
 def rank_classifiers(counts: PairCounts, alpha: float = DEFAULT_ALPHA) -> Ranking:
@@ -187,6 +206,7 @@ def rank_classifiers(counts: PairCounts, alpha: float = DEFAULT_ALPHA) -> Rankin
         hodge=hodge_rank(counts, alpha),
         bradley_terry=bradley_terry(counts),
         win_rate=win_rate(counts),
+        without_evidence=counts.without_evidence,
     )
 
 
@@ -212,7 +232,9 @@ def bootstrap_perron(
     """Resample each pair's n_ij labelled images with replacement, re-rank, take percentile intervals.
 
     Drawing n_ij images with replacement is a multinomial draw over the pair's four outcomes (both right,
-    only f_i, only f_j, neither), so each replicate is built from counts without touching images.
+    only f_i, only f_j, neither), so each replicate is built from counts without touching images. A
+    classifier without evidence (no labelled image) could stand anywhere: its interval spans every rank,
+    1 to m, and every score, 0 to 1, whatever the resamples give it.
     """
     rng = np.random.default_rng(seed)
     m = counts.m
@@ -229,13 +251,16 @@ def bootstrap_perron(
         correct[:, j, i] = draws[:, 0] + draws[:, 2]
     dominance = dominance_matrix(_smoothed_accuracy(correct, counts.n, alpha))
     scores, _, _ = _perron_vectors(dominance, PERRON_TOLERANCE, PERRON_MAX_ITERATIONS)
-    ranks = ranks_from_scores(scores)
+    unknown = counts.without_evidence
+    ranks = ranks_from_scores(scores, unknown)
     tail = (1 - level) / 2
     return BootstrapIntervals(
-        score_low=np.quantile(scores, tail, axis=0),
-        score_high=np.quantile(scores, 1 - tail, axis=0),
-        rank_low=np.quantile(ranks, tail, axis=0, method="lower").astype(np.int64),
-        rank_high=np.quantile(ranks, 1 - tail, axis=0, method="higher").astype(np.int64),
+        score_low=np.where(unknown, 0.0, np.quantile(scores, tail, axis=0)),
+        score_high=np.where(unknown, 1.0, np.quantile(scores, 1 - tail, axis=0)),
+        rank_low=np.where(unknown, 1, np.quantile(ranks, tail, axis=0, method="lower")).astype(np.int64),
+        rank_high=np.where(unknown, m, np.quantile(ranks, 1 - tail, axis=0, method="higher")).astype(
+            np.int64
+        ),
         level=level,
         n_resamples=n_resamples,
     )

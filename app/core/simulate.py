@@ -29,7 +29,8 @@ from app.core.ranking import (
     ranks_from_scores,
 )
 from app.core.selection import select_all_pairs
-from app.core.taxonomy import Taxonomy, imagenet_1k
+from app.core.taxonomy import Taxonomy
+from app.core.taxonomy_sources import imagenet_1k
 
 # Paper Table 1, ImageNet top-1 accuracy of the eleven classifiers, best first.
 TABLE_1_ACCURACIES = (0.8544, 0.8448, 0.8274, 0.8251, 0.8130, 0.7885, 0.7840, 0.7819, 0.7737, 0.7336, 0.7331)

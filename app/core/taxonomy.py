@@ -3,27 +3,32 @@
 A taxonomy is a rooted DAG (a node may have several parents, as in WordNet). Each class has one or more
 hypernym paths root -> class; the root is at depth 0 and an edge from a parent at depth l weighs 2**-l.
 The distance between two classes is the minimum, over every pair of their paths, of the weight of the
-edges below the paths' deepest common node.
+edges below the paths' deepest common node. Pure: where taxonomies come from (files, timm's class lists,
+WordNet) is app.core.taxonomy_sources and app.core.wordnet.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import reprlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache, cached_property, lru_cache
-from importlib.resources import files
-from pathlib import Path
-from typing import Any
+from functools import cache, cached_property
 
 import numpy as np
 
 HierarchyPath = tuple[str, ...]
 
-IMAGENET_HIERARCHY_FILE = "imagenet_hierarchy.tsv"
-BUILTIN_TAXONOMIES = ("imagenet-1k", "imagenet-a")
-_PATH_BLOCK = 2048  # rows of the path-by-path table computed at once, to bound memory on large taxonomies
+_BLOCK_CELLS = 4_000_000
+"""Cells of the path-by-path table computed at once (~25 bytes each), to bound memory on large taxonomies."""
+MAX_CLASSES = 10_000
+"""Most classes of a taxonomy: the distance matrix is classes² float64 (0.8 GB at the limit)."""
+MAX_NODES = 100_000
+"""Most nodes of a custom taxonomy (WordNet's noun hierarchy has 82,115)."""
+MAX_PATHS_PER_CLASS = 64
+"""Most root paths to one class (ImageNet-1k's most is 5); a ladder of nodes with two parents each doubles
+them per level."""
+MAX_PATHS = 50_000
+"""Most root paths of all classes together (ImageNet-1k has 1,343)."""
 
 
 class TaxonomyError(ValueError):
@@ -45,20 +50,26 @@ def path_distance(p: HierarchyPath, q: HierarchyPath) -> float:
 
 @dataclass(frozen=True, eq=False)
 class Taxonomy:
-    """Classes in model output order, their display names, and each class's root -> class paths."""
+    """Classes in model output order, their display names, each class's root -> class paths, and what each
+    class means (its definition for annotators: a WordNet gloss, a custom file's description; "" if none)."""
 
     key: str
     classes: tuple[str, ...]
     names: tuple[str, ...]
     paths: tuple[tuple[HierarchyPath, ...], ...]
     node_names: Mapping[str, str] = field(repr=False)
+    definitions: tuple[str, ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         """Check the invariants every constructor relies on."""
         if not self.classes:
             raise TaxonomyError(f"taxonomy {self.key!r} has no classes")
+        if len(self.classes) > MAX_CLASSES:
+            raise TaxonomyError(f"{len(self.classes):,} classes; at most {MAX_CLASSES:,} are allowed")
         if not len(self.classes) == len(self.names) == len(self.paths):
             raise TaxonomyError("classes, names and paths must have the same length")
+        if self.definitions and len(self.definitions) != len(self.classes):
+            raise TaxonomyError("definitions, when given, must have one entry per class")
         _raise_on_duplicates(self.classes, "class")
         _raise_on_duplicates(self.names, "display name")
         roots = {path[0] for class_paths in self.paths for path in class_paths}
@@ -67,6 +78,10 @@ class Taxonomy:
         for label, class_paths in zip(self.classes, self.paths, strict=True):
             if not class_paths or any(path[-1] != label for path in class_paths):
                 raise TaxonomyError(f"class {label!r} needs paths from the root that end at it")
+
+    def definition(self, index: int) -> str:
+        """What the class at this output index means, or "" when the taxonomy does not say."""
+        return self.definitions[index] if self.definitions else ""
 
     @property
     def root(self) -> str:
@@ -142,8 +157,9 @@ def _class_distance_matrix(paths: Sequence[Sequence[HierarchyPath]]) -> np.ndarr
     leaf_weight = 2.0 ** (1 - (np.array([len(path) for path in flat]) - 1))
     starts = np.cumsum([0] + [len(class_paths) for class_paths in paths[:-1]])
     per_path_to_class = np.empty((len(flat), len(paths)))
-    for begin in range(0, len(flat), _PATH_BLOCK):
-        block = nodes[begin : begin + _PATH_BLOCK]
+    rows = max(1, _BLOCK_CELLS // len(flat))
+    for begin in range(0, len(flat), rows):
+        block = nodes[begin : begin + rows]
         common = np.zeros((len(block), len(flat)), dtype=np.int32)
         shared = np.ones((len(block), len(flat)), dtype=bool)
         for depth in range(longest):
@@ -155,10 +171,16 @@ def _class_distance_matrix(paths: Sequence[Sequence[HierarchyPath]]) -> np.ndarr
     return np.minimum.reduceat(per_path_to_class, starts, axis=0)
 
 
-def _enumerate_paths(
+def enumerate_paths(
     parents: Mapping[str, Sequence[str]], leaves: Iterable[str]
 ) -> list[tuple[HierarchyPath, ...]]:
-    """All root -> leaf paths of each leaf in a DAG given as node -> parents (a root has no parents)."""
+    """All root -> leaf paths of each leaf in a DAG given as node -> parents (a root has no parents).
+
+    They are counted first (count(node) = Σ count(parent), polynomial however many there are): a taxonomy
+    with more than MAX_PATHS_PER_CLASS paths to a class or MAX_PATHS in all is refused before any is made.
+    """
+    leaves = list(leaves)
+    _refuse_too_many_paths(parents, leaves)
 
     @cache
     def paths_to(node: str) -> tuple[HierarchyPath, ...]:
@@ -169,7 +191,32 @@ def _enumerate_paths(
     return [paths_to(leaf) for leaf in leaves]
 
 
-def _unique_names(
+def _refuse_too_many_paths(parents: Mapping[str, Sequence[str]], leaves: Sequence[str]) -> None:
+    """TaxonomyError when a class has more than MAX_PATHS_PER_CLASS root paths, or all have more than
+    MAX_PATHS (each node's count is the sum of its parents', computed once per node in post-order)."""
+    counts: dict[str, int] = {}
+    for leaf in leaves:
+        stack = [leaf]
+        while stack:
+            node = stack[-1]
+            pending = [parent for parent in parents[node] if parent not in counts]
+            if pending:
+                stack.extend(pending)
+                continue
+            stack.pop()
+            counts[node] = sum(counts[parent] for parent in parents[node]) or 1
+    worst = max(leaves, key=counts.__getitem__)
+    if counts[worst] > MAX_PATHS_PER_CLASS:
+        raise TaxonomyError(
+            f"class {worst!r} has {counts[worst]:,} paths from the root (at most {MAX_PATHS_PER_CLASS} are "
+            "allowed): nodes with several parents, level after level, multiply the paths; give fewer parents"
+        )
+    total = sum(counts[leaf] for leaf in leaves)
+    if total > MAX_PATHS:
+        raise TaxonomyError(f"the classes have {total:,} paths from the root in all; at most {MAX_PATHS:,}")
+
+
+def unique_names(
     words: Sequence[Sequence[str]], paths: Sequence[Sequence[HierarchyPath]], node_names: Mapping[str, str]
 ) -> tuple[str, ...]:
     """Each class's first word; where shared case-insensitively, "word (second word or parent's name)"."""
@@ -188,115 +235,7 @@ def _unique_names(
     return tuple(names)
 
 
-# ImageNet ----------------------------------------------------------------------------------------------
-
-
-def timm_info_file(name: str) -> Path:
-    """A file of timm's `data/_info/`, located without importing timm (importing it loads torch, ~7 s)."""
-    spec = importlib.util.find_spec("timm")
-    if spec is None or not spec.submodule_search_locations:
-        raise TaxonomyError("timm is not installed; it ships the ImageNet class lists")
-    path = Path(next(iter(spec.submodule_search_locations))) / "data" / "_info" / name
-    if not path.is_file():
-        raise TaxonomyError(f"timm does not ship {name} (looked for {path})")
-    return path
-
-
-def read_hierarchy(text: str) -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
-    """Parse the shipped hierarchy: lines "wnid<TAB>parent wnids (space separated)<TAB>name", # comments."""
-    parents: dict[str, tuple[str, ...]] = {}
-    names: dict[str, str] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        node, node_parents, name = line.split("\t")
-        parents[node] = tuple(node_parents.split())
-        names[node] = name
-    return parents, names
-
-
-@lru_cache(maxsize=1)
-def _imagenet_hierarchy() -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
-    """The WordNet 3.0 hypernym DAG above the ImageNet-1k classes, from the package data."""
-    return read_hierarchy(files("app.core").joinpath("data", IMAGENET_HIERARCHY_FILE).read_text())
-
-
-def _imagenet_taxonomy(key: str, wnids: Sequence[str]) -> Taxonomy:
-    """A taxonomy over ImageNet wnids with display names from timm's first lemma, disambiguated."""
-    parents, node_names = _imagenet_hierarchy()
-    unknown = [wnid for wnid in wnids if wnid not in parents]
-    if unknown:
-        raise TaxonomyError(f"wnids {unknown[:5]} are not in the shipped ImageNet hierarchy")
-    lemma_lines = timm_info_file("imagenet_synset_to_lemma.txt").read_text().splitlines()
-    lemmas = dict(line.split("\t", 1) for line in lemma_lines)
-    paths = _enumerate_paths(parents, wnids)
-    words = [lemmas[wnid].split(", ") for wnid in wnids]
-    names = _unique_names(words, paths, node_names)
-    return Taxonomy(key, tuple(wnids), names, tuple(paths), node_names)
-
-
-@lru_cache(maxsize=1)
-def imagenet_1k() -> Taxonomy:
-    """The 1000 ImageNet-1k classes in timm's index order (`imagenet_synsets.txt`)."""
-    return _imagenet_taxonomy("imagenet-1k", timm_info_file("imagenet_synsets.txt").read_text().split())
-
-
-@lru_cache(maxsize=1)
-def imagenet_a() -> Taxonomy:
-    """The 200 ImageNet-A classes in the order of timm's `imagenet_a_synsets.txt`."""
-    return _imagenet_taxonomy("imagenet-a", timm_info_file("imagenet_a_synsets.txt").read_text().split())
-
-
-# WordNet through nltk ----------------------------------------------------------------------------------
-
-
-def from_wordnet(synsets: Sequence[str], key: str = "wordnet") -> Taxonomy:
-    """A taxonomy over WordNet noun synsets given as wnids ("n01847000") or names ("drake.n.02")."""
-    from app.core.wordnet import default_wordnet
-
-    wordnet = default_wordnet()
-    parents: dict[str, tuple[str, ...]] = {}
-    node_names: dict[str, str] = {}
-    lemma_lists: list[list[str]] = []
-    wnids: list[str] = []
-    for spec in synsets:
-        synset = _lookup_synset(wordnet, spec)
-        wnids.append(_wnid(synset))
-        lemma_lists.append([lemma.replace("_", " ") for lemma in synset.lemma_names()])
-        pending = [synset]
-        while pending:
-            node = pending.pop()
-            if _wnid(node) in parents:
-                continue
-            hypernyms = sorted(node.hypernyms() + node.instance_hypernyms(), key=_wnid)
-            parents[_wnid(node)] = tuple(_wnid(hypernym) for hypernym in hypernyms)
-            node_names[_wnid(node)] = node.lemma_names()[0].replace("_", " ")
-            pending.extend(hypernyms)
-    paths = _enumerate_paths(parents, wnids)
-    names = _unique_names(lemma_lists, paths, node_names)
-    return Taxonomy(key, tuple(wnids), names, tuple(paths), node_names)
-
-
-def _wnid(synset: Any) -> str:
-    """ImageNet-style id of a noun synset: "n" + its 8-digit WordNet 3.0 offset."""
-    return f"{synset.pos()}{synset.offset():08d}"
-
-
-def _lookup_synset(wordnet: Any, spec: str) -> Any:
-    """A noun synset from a wnid or an nltk synset name, or a TaxonomyError naming `spec`."""
-    try:
-        if len(spec) == 9 and spec[0] == "n" and spec[1:].isdigit():
-            synset = wordnet.synset_from_pos_and_offset("n", int(spec[1:]))
-        else:
-            synset = wordnet.synset(spec)
-    except Exception as error:  # nltk raises WordNetError, ValueError or AttributeError by input shape
-        raise TaxonomyError(f"unknown WordNet synset {spec!r}") from error
-    if synset is None or synset.pos() != "n":
-        raise TaxonomyError(f"{spec!r} is not a WordNet noun synset")
-    return synset
-
-
-# Custom taxonomy files ---------------------------------------------------------------------------------
+# Building a taxonomy from parent -> children edges ------------------------------------------------------
 
 
 def from_children(
@@ -305,14 +244,20 @@ def from_children(
     children: Mapping[str, Sequence[str]],
     names: Mapping[str, str] | None = None,
     key: str = "custom",
+    descriptions: Mapping[str, str] | None = None,
 ) -> Taxonomy:
-    """A taxonomy from a root, classes in model output order, parent -> children edges and display names."""
+    """A taxonomy from a root, classes in model output order, parent -> children edges, display names and
+    descriptions of classes (what annotators read when unsure)."""
     root = _label(root, "root")
     class_labels = [_label(value, "classes") for value in classes]
     if not class_labels:
         raise TaxonomyError("'classes' is empty")
+    if len(class_labels) > MAX_CLASSES:
+        raise TaxonomyError(f"{len(class_labels):,} classes; at most {MAX_CLASSES:,} are allowed")
     _raise_on_duplicates(class_labels, "class")
     parents = _parents_from_children(root, children)
+    if len(parents) > MAX_NODES:
+        raise TaxonomyError(f"{len(parents):,} nodes; at most {MAX_NODES:,} are allowed")
     reachable = _reachable_without_cycles(root, parents)
     unreachable = sorted(set(parents) - reachable)
     if unreachable:
@@ -328,71 +273,24 @@ def from_children(
         if not isinstance(name, str) or not name.strip():
             raise TaxonomyError(f"names: display name of {node!r} must be a non-empty string")
         node_names[node] = name
-    paths = _enumerate_paths(parents, class_labels)
+    described = _descriptions(descriptions or {}, set(class_labels))
+    paths = enumerate_paths(parents, class_labels)
     display = tuple(node_names[label] for label in class_labels)
-    return Taxonomy(key, tuple(class_labels), display, tuple(paths), node_names)
+    definitions = tuple(described.get(label, "") for label in class_labels) if described else ()
+    return Taxonomy(key, tuple(class_labels), display, tuple(paths), node_names, definitions)
 
 
-def from_text(text: str, source: str = "taxonomy", key: str = "custom") -> Taxonomy:
-    """A custom taxonomy from YAML or JSON text with keys root, classes, children and optional names.
-
-    YAML aliases are refused (a taxonomy has no use for them, and nested ones make a few bytes stand for
-    billions of labels), and so is nesting too deep to read.
-    """
-    import yaml
-
-    class NoAliasLoader(yaml.SafeLoader):
-        """A safe loader that refuses aliases (*name)."""
-
-        def compose_node(self, parent, index):
-            if self.check_event(yaml.AliasEvent):
-                raise yaml.YAMLError(f"aliases such as *{self.peek_event().anchor} are not allowed")
-            return super().compose_node(parent, index)
-
-    try:
-        document = yaml.load(text, Loader=NoAliasLoader)
-    except yaml.YAMLError as error:
-        raise TaxonomyError(f"{source} is not valid YAML or JSON: {error}") from error
-    except RecursionError:
-        raise TaxonomyError(f"{source} is nested too deeply to be a taxonomy") from None
-    if not isinstance(document, dict):
-        raise TaxonomyError(f"{source} must hold a mapping with keys root, classes, children, names")
-    unexpected = sorted(set(document) - {"root", "classes", "children", "names"})
-    if unexpected:
-        raise TaxonomyError(f"{source}: unexpected keys {unexpected}")
-    for required in ("root", "classes"):
-        if required not in document:
-            raise TaxonomyError(f"{source}: missing '{required}'")
-    classes, children, names = document["classes"], document.get("children") or {}, document.get("names")
-    if not isinstance(classes, list):
-        raise TaxonomyError(f"{source}: 'classes' must be a list")
-    if not isinstance(children, dict) or not all(isinstance(kids, list) for kids in children.values()):
-        raise TaxonomyError(f"{source}: 'children' must map each parent to a list of children")
-    if names is not None and not isinstance(names, dict):
-        raise TaxonomyError(f"{source}: 'names' must map labels to display names")
-    return from_children(document["root"], classes, children, names, key=key)
-
-
-def from_file(path: str | Path) -> Taxonomy:
-    """A custom taxonomy from a YAML or JSON file (format: from_text)."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise TaxonomyError(f"cannot read taxonomy file {path}: {error.strerror}") from error
-    return from_text(text, source=str(path), key=path.stem)
-
-
-def load_taxonomy(spec: str | Path) -> Taxonomy:
-    """ "imagenet-1k", "imagenet-a", or the path of a custom taxonomy file."""
-    if spec == "imagenet-1k":
-        return imagenet_1k()
-    if spec == "imagenet-a":
-        return imagenet_a()
-    if not Path(spec).is_file():
-        builtins = " or ".join(BUILTIN_TAXONOMIES)
-        raise TaxonomyError(f"unknown taxonomy {str(spec)!r}: use {builtins} or a taxonomy file path")
-    return from_file(spec)
+def _descriptions(descriptions: Mapping[object, object], classes: set[str]) -> dict[str, str]:
+    """Each described class's text, checked: a class of the taxonomy and a non-empty string."""
+    checked = {}
+    for label, text in descriptions.items():
+        label = _label(label, "descriptions")
+        if label not in classes:
+            raise TaxonomyError(f"descriptions: {label!r} is not a class")
+        if not isinstance(text, str) or not text.strip():
+            raise TaxonomyError(f"descriptions: the description of {label!r} must be a non-empty string")
+        checked[label] = " ".join(text.split())
+    return checked
 
 
 def _label(value: object, where: str) -> str:

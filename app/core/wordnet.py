@@ -1,4 +1,5 @@
-"""Open WordNet 3.0 with nltk, from nltk's own data or from a plain dict directory (Debian's packages)."""
+"""Open WordNet 3.0 with nltk, from nltk's own data or from a plain dict directory (Debian's packages), and
+build taxonomies over its noun synsets."""
 
 from __future__ import annotations
 
@@ -6,11 +7,12 @@ import atexit
 import shutil
 import tempfile
 import warnings
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from app.core.taxonomy import TaxonomyError
+from app.core.taxonomy import Taxonomy, TaxonomyError, enumerate_paths, unique_names
 
 if TYPE_CHECKING:
     from nltk.corpus.reader.wordnet import WordNetCorpusReader
@@ -131,3 +133,50 @@ def default_wordnet() -> WordNetCorpusReader:
     staging = Path(tempfile.mkdtemp(prefix="mad-wordnet-"))
     atexit.register(shutil.rmtree, staging, True)
     return open_wordnet_dict(stage_wordnet_dict(DEBIAN_WORDNET_DIR, staging))
+
+
+def from_wordnet(synsets: Sequence[str], key: str = "wordnet") -> Taxonomy:
+    """A taxonomy over WordNet noun synsets given as wnids ("n01847000") or names ("drake.n.02"), each
+    class defined by its gloss."""
+    wordnet = default_wordnet()
+    parents: dict[str, tuple[str, ...]] = {}
+    node_names: dict[str, str] = {}
+    lemma_lists: list[list[str]] = []
+    wnids: list[str] = []
+    glosses: list[str] = []
+    for spec in synsets:
+        synset = _lookup_synset(wordnet, spec)
+        wnids.append(_wnid(synset))
+        glosses.append(synset.definition())
+        lemma_lists.append([lemma.replace("_", " ") for lemma in synset.lemma_names()])
+        pending = [synset]
+        while pending:
+            node = pending.pop()
+            if _wnid(node) in parents:
+                continue
+            hypernyms = sorted(node.hypernyms() + node.instance_hypernyms(), key=_wnid)
+            parents[_wnid(node)] = tuple(_wnid(hypernym) for hypernym in hypernyms)
+            node_names[_wnid(node)] = node.lemma_names()[0].replace("_", " ")
+            pending.extend(hypernyms)
+    paths = enumerate_paths(parents, wnids)
+    names = unique_names(lemma_lists, paths, node_names)
+    return Taxonomy(key, tuple(wnids), names, tuple(paths), node_names, tuple(glosses))
+
+
+def _wnid(synset: Any) -> str:
+    """ImageNet-style id of a noun synset: "n" + its 8-digit WordNet 3.0 offset."""
+    return f"{synset.pos()}{synset.offset():08d}"
+
+
+def _lookup_synset(wordnet: Any, spec: str) -> Any:
+    """A noun synset from a wnid or an nltk synset name, or a TaxonomyError naming `spec`."""
+    try:
+        if len(spec) == 9 and spec[0] == "n" and spec[1:].isdigit():
+            synset = wordnet.synset_from_pos_and_offset("n", int(spec[1:]))
+        else:
+            synset = wordnet.synset(spec)
+    except Exception as error:  # nltk raises WordNetError, ValueError or AttributeError by input shape
+        raise TaxonomyError(f"unknown WordNet synset {spec!r}") from error
+    if synset is None or synset.pos() != "n":
+        raise TaxonomyError(f"{spec!r} is not a WordNet noun synset")
+    return synset

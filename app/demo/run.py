@@ -30,19 +30,20 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.classifiers import service as classifiers_service
-from app.classifiers.models import ClassifierStatus
+from app.classifiers.enums import ClassifierStatus
 from app.classifiers.timm_source import load_weights_file
 from app.competitions.models import Competition
 from app.competitions.schemas import CompetitionCreate
 from app.competitions.service import create_competition
 from app.core.analysis import srcc
-from app.db import create_db_engine, create_sessionmaker
+from app.db.engine import create_db_engine, create_sessionmaker
 from app.demo.annotators import run_panel
 from app.demo.corpus import DigitsCorpus, write_corpus
 from app.demo.training import held_out_accuracy, save_weights, train_classifier
 from app.images.service import ImageLimits, import_entries
 from app.images.sources import Candidate
 from app.images.store import ImageStore
+from app.jobs.lifecycle import enqueue_classifier
 from app.main import create_app
 from app.migrate import upgrade
 from app.serving import serve_in_thread
@@ -119,7 +120,7 @@ def import_corpus(
     with ThreadPoolExecutor(2) as executor:
         report = import_entries(
             db_session=session,
-            store=ImageStore(settings.data_dir),
+            store=ImageStore(settings.blob_store),
             competition=competition,
             entries=entries,
             limits=limits,
@@ -177,7 +178,7 @@ def ensure_classifiers(
             )
         trained = load_weights_file(architecture, weights, 10, DATA_CONFIG)
         accuracy = held_out_accuracy(trained, [corpus.paths[i] for i in held_out], corpus.digits[held_out])
-        classifiers_service.register_timm_weights(
+        classifier = classifiers_service.register_timm_weights(
             db_session=session,
             settings=settings,
             competition=competition,
@@ -188,6 +189,7 @@ def ensure_classifiers(
             data_config=DATA_CONFIG,
             reported_accuracy=round(100 * accuracy, 2),
         )
+        enqueue_classifier(db_session=session, settings=settings, classifier=classifier)
 
 
 def true_accuracies(

@@ -1,16 +1,34 @@
-"""Check an image file and make its thumbnail: JPEG, PNG or WebP, whole, within the pixel limit."""
+"""Check an image file and make its thumbnail: JPEG, PNG or WebP, whole, within the pixel limit.
+
+Decoding is the memory an import spends: a check holds the decoded frame and any full-size copy that
+scaling needs, so checks running at once share DECODE_BUDGET bytes of them (one larger than the budget
+runs alone). JPEGs are decoded at the smallest DCT scale that still gives the thumbnail its size, which
+reads every byte of the file (so truncation is still caught) into up to 64 times less memory.
+"""
 
 import io
+import threading
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
-from PIL import Image, ImageOps, UnidentifiedImageError
+import imagehash
+from PIL import ExifTags, Image, ImageOps, UnidentifiedImageError
 
 # Pillow warns between MAX_IMAGE_PIXELS and twice that and raises beyond; check_image refuses both itself,
 # so the warning would only be noise.
 warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
 
 PILLOW_FORMATS = {"JPEG": "jpeg", "MPO": "jpeg", "PNG": "png", "WEBP": "webp"}
+SIDEWAYS_ORIENTATIONS = {5, 6, 7, 8}
+"""EXIF orientations that turn the image a quarter (width and height swap)."""
+ONE_BYTE_MODES = {"1", "L", "P"}
+"""Pillow modes stored one byte a pixel; every other mode takes four."""
+SCALED_AS_IS = {"RGB", "L"}
+"""Modes Pillow scales without a full-size copy (others are converted, or premultiplied by alpha, first)."""
+BAND_ROWS = 256
+"""Rows converted at a time when shrinking an image of another mode."""
 
 
 class BadImage(ValueError):
@@ -25,9 +43,45 @@ class CheckedImage:
     width: int
     height: int
     thumbnail: bytes
+    phash: int
+    """imagehash's 64-bit pHash of the upright thumbnail, as a signed integer (a BIGINT column)."""
 
 
-def check_image(data: bytes, *, max_pixels: int, thumbnail_size: int) -> CheckedImage:
+class DecodeBudget:
+    """Bytes of decoded pixels that the image checks of this process may hold at once."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.in_use = 0
+        self._changed = threading.Condition()
+
+    @contextmanager
+    def hold(self, nbytes: int) -> Iterator[None]:
+        """Wait until nbytes fit beside the checks running (more than the capacity waits to run alone)."""
+        nbytes = min(nbytes, self.capacity)
+        with self._changed:
+            self._changed.wait_for(lambda: self.in_use + nbytes <= self.capacity)
+            self.in_use += nbytes
+        try:
+            yield
+        finally:
+            with self._changed:
+                self.in_use -= nbytes
+                self._changed.notify_all()
+
+
+DECODE_BUDGET = DecodeBudget(256 * 1024 * 1024)
+
+
+def decoded_bytes(image: Image.Image) -> int:
+    """Pixel bytes of checking an opened image: its frame at decode size, as Pillow stores it (1 or 4 bytes a
+    pixel); shrinking it for the thumbnail makes no full-size copy."""
+    return image.width * image.height * (1 if image.mode in ONE_BYTE_MODES else 4)
+
+
+def check_image(
+    data: bytes, *, max_pixels: int, thumbnail_size: int, budget: DecodeBudget = DECODE_BUDGET
+) -> CheckedImage:
     """Fully decode an image (so truncation is caught), apply EXIF orientation and make a WebP thumbnail."""
     Image.MAX_IMAGE_PIXELS = max_pixels
     try:
@@ -37,10 +91,15 @@ def check_image(data: bytes, *, max_pixels: int, thumbnail_size: int) -> Checked
                 raise BadImage(f"{image.format} images are not accepted (JPEG, PNG or WebP only)")
             if image.width * image.height > max_pixels:
                 raise BadImage(_bomb_reason(max_pixels))
-            image.load()
-            oriented = ImageOps.exif_transpose(image)
-            width, height = oriented.size
-            thumbnail = _thumbnail_bytes(oriented, thumbnail_size)
+            stored_size = image.size
+            image.draft(None, (thumbnail_size, thumbnail_size))  # JPEG only: decode at a reduced scale
+            with budget.hold(decoded_bytes(image)):
+                image.load()
+                sideways = image.getexif().get(ExifTags.Base.Orientation) in SIDEWAYS_ORIENTATIONS
+                width, height = reversed(stored_size) if sideways else stored_size
+                thumbnail = _thumbnail(image, thumbnail_size)
+                phash = signed_phash(thumbnail)
+                thumbnail_bytes = _webp(thumbnail)
     except Image.DecompressionBombError:
         raise BadImage(_bomb_reason(max_pixels)) from None
     except UnidentifiedImageError:
@@ -49,7 +108,31 @@ def check_image(data: bytes, *, max_pixels: int, thumbnail_size: int) -> Checked
         if isinstance(error, BadImage):
             raise
         raise BadImage(f"unreadable or truncated image ({error})") from None
-    return CheckedImage(format=image_format, width=width, height=height, thumbnail=thumbnail)
+    return CheckedImage(
+        format=image_format, width=width, height=height, thumbnail=thumbnail_bytes, phash=phash
+    )
+
+
+def signed_phash(image: Image.Image) -> int:
+    """imagehash.phash as a signed 64-bit integer (the hash's bits, read as two's complement)."""
+    value = int(str(imagehash.phash(image)), 16)
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _reduced_in_bands(image: Image.Image, size: int, mode: str) -> Image.Image:
+    """The image in `mode`, box-reduced by the integer factors Image.thumbnail takes first (each side over
+    its final length over 2), converted BAND_ROWS rows at a time: converting or premultiplying alpha copies
+    whatever it is given, and a band is small."""
+    scale = min(size / image.width, size / image.height, 1.0)
+    factor_x = max(1, int(image.width / max(1, round(image.width * scale)) / 2))
+    factor_y = max(1, int(image.height / max(1, round(image.height * scale)) / 2))
+    band = factor_y * max(1, BAND_ROWS // factor_y)
+    reduced = Image.new(mode, (-(-image.width // factor_x), -(-image.height // factor_y)))
+    for top in range(0, image.height, band):
+        rows = image.crop((0, top, image.width, min(top + band, image.height))).convert(mode)
+        reduced.paste(rows.reduce((factor_x, factor_y)), (0, top // factor_y))
+    reduced.info = dict(image.info)  # keeps the EXIF orientation for exif_transpose
+    return reduced
 
 
 def _bomb_reason(max_pixels: int) -> str:
@@ -57,10 +140,17 @@ def _bomb_reason(max_pixels: int) -> str:
     return f"more than {max_pixels:,} pixels (decompression-bomb limit)"
 
 
-def _thumbnail_bytes(image: Image.Image, size: int) -> bytes:
-    """A WebP of the image scaled to fit a size × size box."""
-    thumbnail = image.convert("RGBA" if image.mode in ("RGBA", "LA", "P") else "RGB")
-    thumbnail.thumbnail((size, size))
+def _thumbnail(image: Image.Image, size: int) -> Image.Image:
+    """The image scaled to fit a size × size box, then turned upright per its EXIF orientation."""
+    mode = "RGBA" if image.mode in ("RGBA", "LA", "P") else "RGB"
+    scaled = image if image.mode in SCALED_AS_IS else _reduced_in_bands(image, size, mode)
+    scaled.thumbnail((size, size))
+    thumbnail = ImageOps.exif_transpose(scaled)
+    return thumbnail if thumbnail.mode == mode else thumbnail.convert(mode)
+
+
+def _webp(thumbnail: Image.Image) -> bytes:
+    """The thumbnail encoded as WebP at quality 80."""
     buffer = io.BytesIO()
     thumbnail.save(buffer, format="WEBP", quality=80, method=4)
     return buffer.getvalue()

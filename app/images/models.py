@@ -2,14 +2,20 @@
 
 from datetime import datetime
 
-from sqlalchemy import ForeignKey, Integer, String, UniqueConstraint
+from sqlalchemy import BigInteger, ForeignKey, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import Base, utcnow
+from app.db.base import Base, utcnow
 
 
 class Image(Base):
-    """An image file stored once by its SHA-256; width and height are after EXIF orientation."""
+    """An image file stored once by its SHA-256; width and height are after EXIF orientation.
+
+    Provenance comes from the import that first stored it: source_uri is where it was read (a path, an
+    archive member, an s3:// key or a URL; a re-run of an import skips the uris it finds), source_url,
+    license and author come from a manifest. phash is its 64-bit perceptual hash (imagehash's pHash, as
+    a signed integer), which finds near-duplicates.
+    """
 
     __tablename__ = "images"
 
@@ -20,6 +26,11 @@ class Image(Base):
     height: Mapped[int]
     bytes: Mapped[int] = mapped_column(Integer)
     original_name: Mapped[str] = mapped_column(String(255))
+    source_uri: Mapped[str | None] = mapped_column(String(2048), index=True)
+    source_url: Mapped[str | None] = mapped_column(String(2048))
+    license: Mapped[str | None] = mapped_column(String(255))
+    author: Mapped[str | None] = mapped_column(String(255))
+    phash: Mapped[int | None] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

@@ -17,6 +17,10 @@ class ImageRead(BaseModel):
     height: int
     bytes: int
     original_name: str
+    source_uri: str | None = Field(description="Where the import read the file (path, archive member, URL).")
+    source_url: str | None = Field(description="The page it came from, from an import manifest.")
+    license: str | None
+    author: str | None
     excluded: bool
     url: str
     thumbnail_url: str
@@ -36,11 +40,14 @@ class ImportedFile(BaseModel):
 
 
 class ImportReportRead(BaseModel):
-    """Per-file outcome of an import: added (with hash), duplicates (stored once), rejected (with reason)."""
+    """Per-file outcome of an import: added (with hash), duplicates (stored once), rejected (with reason),
+    skipped (imported by an earlier run) and near-duplicates (pHashes within 4 of 64 bits)."""
 
     added: list[ImportedFile]
     duplicates: list[ImportedFile]
     rejected: list[ImportedFile]
+    skipped: list[ImportedFile]
+    near_duplicates: list[ImportedFile]
 
     @classmethod
     def from_report(cls, report: ImportReport) -> "ImportReportRead":
@@ -49,4 +56,8 @@ class ImportReportRead(BaseModel):
             added=[ImportedFile(name=name, detail=sha256) for name, sha256 in report.added],
             duplicates=[ImportedFile(name=name, detail=detail) for name, detail in report.duplicates],
             rejected=[ImportedFile(name=name, detail=reason) for name, reason in report.rejected],
+            skipped=[ImportedFile(name=name, detail=detail) for name, detail in report.skipped],
+            near_duplicates=[
+                ImportedFile(name=name, detail=detail) for name, detail in report.near_duplicates
+            ],
         )

@@ -1,25 +1,35 @@
-"""Importing images into a competition: hash, de-duplicate, check, store, and give each a stable ordinal."""
+"""Importing images into a competition: hash, de-duplicate, check, store, and give each a stable ordinal.
+
+Files found but not read yet (Pending) are first looked up by uri: those this competition already has
+from an earlier run are skipped unread, so an interrupted import is simply run again; the rest are read
+by the executor's threads, a few ahead of the batch being checked.
+"""
 
 import hashlib
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future, wait
 from dataclasses import dataclass, field
-from itertools import islice
 
+import numpy as np
 from sqlalchemy import func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from app.competitions.models import Competition
+from app.core.near_duplicates import near_duplicate_pairs
 from app.errors import NotFound, storage_errors
 from app.images.decode import BadImage, CheckedImage, check_image
 from app.images.models import CompetitionImage, Image
-from app.images.sources import Candidate, ImportEntry, Rejected
+from app.images.sources import Candidate, ImportEntry, ImportItem, Pending, Rejected, read_entry
 from app.images.store import ImageStore
-from app.labelling.service import discard_image
 
 IMPORT_BATCH_SIZE = 256
+IMPORT_BATCH_BYTES = 64 * 1024 * 1024
+"""A batch also ends once its files hold this many bytes: an import holds one batch of files at a time."""
 MAX_NAME_LENGTH = 255
+NEAR_DUPLICATE_BITS = 4
+"""Two images are near-duplicates when their 64-bit pHashes differ in at most this many bits."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +48,10 @@ class ImportReport:
     added: list[tuple[str, str]] = field(default_factory=list)
     duplicates: list[tuple[str, str]] = field(default_factory=list)
     rejected: list[tuple[str, str]] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    """Files whose uri an earlier import already brought into the competition (not read again)."""
+    near_duplicates: list[tuple[str, str]] = field(default_factory=list)
+    """Added images whose pHash is within NEAR_DUPLICATE_BITS of another image of the competition."""
     first_name_of_hash: dict[str, str] = field(default_factory=dict, repr=False)
     unconfirmed: list[tuple[str, str]] = field(default_factory=list, repr=False)
     """(sha256, format) of the images whose rows this import inserted since the last on_batch."""
@@ -45,14 +59,72 @@ class ImportReport:
     @property
     def processed(self) -> int:
         """How many entries this report accounts for."""
-        return len(self.added) + len(self.duplicates) + len(self.rejected)
+        return len(self.added) + len(self.duplicates) + len(self.rejected) + len(self.skipped)
 
 
-def batched(entries: Iterable[ImportEntry], size: int) -> Iterator[list[ImportEntry]]:
-    """Consecutive lists of at most size entries."""
-    iterator = iter(entries)
-    while batch := list(islice(iterator, size)):
+def batched(entries: Iterable[ImportItem], size: int, max_bytes: int) -> Iterator[list[ImportItem]]:
+    """Consecutive lists of at most `size` entries, each ending early once its files hold max_bytes."""
+    batch: list[ImportItem] = []
+    held = 0
+    for entry in entries:
+        batch.append(entry)
+        held += len(entry.data) if isinstance(entry, Candidate) else 0
+        if len(batch) == size or held >= max_bytes:
+            yield batch
+            batch, held = [], 0
+    if batch:
         yield batch
+
+
+def read_ahead(items: list[ImportItem], executor: Executor, ahead: int) -> Iterator[ImportEntry]:
+    """The items in order, Pending ones read by the executor with at most `ahead` reads in flight or done
+    and not yet taken (so at most `ahead` files are held beyond the batch being formed)."""
+    queue: deque[Future | ImportEntry] = deque()
+    for item in items:
+        queue.append(executor.submit(read_entry, item) if isinstance(item, Pending) else item)
+        if len(queue) > ahead:
+            first = queue.popleft()
+            yield first.result() if isinstance(first, Future) else first
+    for first in queue:
+        yield first.result() if isinstance(first, Future) else first
+
+
+def skip_imported(
+    db_session: Session, competition: Competition, window: list[ImportItem], report: ImportReport
+) -> list[ImportItem]:
+    """The window without the Pending files the competition already has from the same uri, with the same
+    size where the source tells it (a file replaced by another of a new size is read again)."""
+    uris = [item.provenance.uri for item in window if isinstance(item, Pending)]
+    size_of = dict(
+        db_session.execute(
+            select(Image.source_uri, Image.bytes)
+            .join(CompetitionImage, CompetitionImage.image_id == Image.id)
+            .where(CompetitionImage.competition_id == competition.id, Image.source_uri.in_(uris))
+        ).all()
+    )
+
+    def done(item: ImportItem) -> bool:
+        return (
+            isinstance(item, Pending)
+            and item.provenance.uri in size_of
+            and item.size in (None, size_of[item.provenance.uri])
+        )
+
+    report.skipped += [(item.name, "imported by an earlier run") for item in window if done(item)]
+    return [item for item in window if not done(item)]
+
+
+def _provenance_columns(candidate: Candidate) -> dict[str, str | None]:
+    """The provenance columns of an image row: where the file was read, and a manifest's details."""
+    provenance = candidate.provenance
+    if provenance is None:
+        return {"source_uri": candidate.name[:2048], "source_url": None, "license": None, "author": None}
+    return {
+        "source_uri": provenance.uri,
+        "source_url": provenance.source_url,
+        "license": provenance.license,
+        "author": provenance.author,
+    }
 
 
 def _sha256(data: bytes) -> str:
@@ -102,7 +174,13 @@ def import_batch(
     checks = list(executor.map(lambda pair: _check(pair[0].data, limits), new))
     next_ordinal = _lock_next_ordinal(db_session=db_session, competition=competition)
     refused = _add_images(
-        db_session=db_session, store=store, new=new, checks=checks, image_ids=image_ids, report=report
+        db_session=db_session,
+        store=store,
+        new=new,
+        checks=checks,
+        image_ids=image_ids,
+        report=report,
+        executor=executor,
     )
     for candidate, sha256, first_name in copies:  # a copy of a refused file is refused for the same reason
         if sha256 in refused:
@@ -144,9 +222,11 @@ def _add_images(
     checks: list[CheckedImage | str],
     image_ids: dict[str, int],
     report: ImportReport,
+    executor: Executor,
 ) -> dict[str, str]:
-    """Insert a row for each good new file and store the files of the rows inserted here (a row another
-    import inserted meanwhile comes with its files); the reason of each refused hash."""
+    """Insert a row for each good new file and store the files of the rows inserted here, by the executor's
+    threads (a row another import inserted meanwhile comes with its files); the reason of each refused
+    hash."""
     refused: dict[str, str] = {}
     good: dict[str, tuple[Candidate, CheckedImage]] = {}
     for (candidate, sha256), checked in zip(new, checks, strict=True):
@@ -166,15 +246,26 @@ def _add_images(
             "height": checked.height,
             "bytes": len(candidate.data),
             "original_name": candidate.name.rsplit("/", 1)[-1][-MAX_NAME_LENGTH:],
+            **_provenance_columns(candidate),
+            "phash": checked.phash,
         }
         for sha256, (candidate, checked) in sorted(good.items())  # one lock order for every import
     ]
     inserted = _insert_missing_images(db_session, rows)
-    for sha256, (candidate, checked) in good.items():
-        if sha256 in inserted:
-            report.unconfirmed.append((sha256, checked.format))
-            with storage_errors(f"image {candidate.name}"):
-                store.put(sha256, checked.format, candidate.data, checked.thumbnail)
+    to_store = [
+        (sha256, candidate, checked) for sha256, (candidate, checked) in good.items() if sha256 in inserted
+    ]
+    report.unconfirmed += [(sha256, checked.format) for sha256, _, checked in to_store]
+
+    def put(item: tuple[str, Candidate, CheckedImage]) -> None:
+        sha256, candidate, checked = item
+        with storage_errors(f"image {candidate.name}"):
+            store.put(sha256, checked.format, candidate.data, checked.thumbnail)
+
+    stores = [executor.submit(put, item) for item in to_store]
+    wait(stores)  # every write ends before a failure is raised, so that none outlives the cleanup
+    for stored in stores:
+        stored.result()
     image_ids.update(inserted)
     image_ids.update(_image_ids(db_session, good.keys() - inserted.keys()))
     return refused
@@ -207,43 +298,89 @@ def import_entries(
     db_session: Session,
     store: ImageStore,
     competition: Competition,
-    entries: Iterable[ImportEntry],
+    entries: Iterable[ImportItem],
     limits: ImageLimits,
     executor: Executor,
     on_batch: Callable[[ImportReport], None] | None = None,
+    ahead: int = 4,
 ) -> ImportReport:
     """Import every entry in batches; on_batch runs after each and may commit it (the CLI does, and moves
     its bar). If the import fails, the files of the rows inserted since the last on_batch are removed
     before the error reaches the caller, whose rollback removes the rows: no file is left without its row.
+    Pending files are read `ahead` at a time; the added images' near-duplicates are reported at the end.
     """
     report = ImportReport()
     try:
-        for batch in batched(entries, IMPORT_BATCH_SIZE):
-            import_batch(
-                db_session=db_session,
-                store=store,
-                competition=competition,
-                entries=batch,
-                limits=limits,
-                executor=executor,
-                report=report,
-            )
-            if on_batch is not None:
-                on_batch(report)
-                report.unconfirmed.clear()
+        for window in batched(entries, IMPORT_BATCH_SIZE, IMPORT_BATCH_BYTES):
+            todo = skip_imported(db_session, competition, window, report)
+            for batch in batched(read_ahead(todo, executor, ahead), IMPORT_BATCH_SIZE, IMPORT_BATCH_BYTES):
+                import_batch(
+                    db_session=db_session,
+                    store=store,
+                    competition=competition,
+                    entries=batch,
+                    limits=limits,
+                    executor=executor,
+                    report=report,
+                )
+                if on_batch is not None:
+                    on_batch(report)
+                    report.unconfirmed.clear()
     except BaseException:
         for sha256, image_format in report.unconfirmed:
             store.remove(sha256, image_format)
         raise
+    report.near_duplicates = near_duplicates_of(db_session, competition, report.added)
     return report
+
+
+def near_duplicates_of(
+    db_session: Session, competition: Competition, added: list[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    """(name, which image it nearly duplicates and by how many bits) for each pair of the competition's
+    images within NEAR_DUPLICATE_BITS pHash bits of which at least one was just added."""
+    if not added:
+        return []
+    rows = db_session.execute(
+        select(Image.sha256, Image.phash, Image.original_name)
+        .join(CompetitionImage, CompetitionImage.image_id == Image.id)
+        .where(CompetitionImage.competition_id == competition.id, Image.phash.is_not(None))
+        .order_by(CompetitionImage.ordinal)
+    ).all()
+    name_of_new = {sha256: name for name, sha256 in added}
+    hashes = np.array([phash for _, phash, _ in rows], dtype=np.int64).view(np.uint64)
+    is_new = np.array([sha256 in name_of_new for sha256, _, _ in rows], dtype=bool)
+    names = [name_of_new.get(sha256, f"{original_name} ({sha256[:12]})") for sha256, _, original_name in rows]
+    return [
+        (names[j], f"{distance} of 64 pHash bits from {names[i]}")
+        if is_new[j] and not is_new[i]
+        else (names[i], f"{distance} of 64 pHash bits from {names[j]}")
+        for i, j, distance in near_duplicate_pairs(hashes, is_new, NEAR_DUPLICATE_BITS)
+    ]
+
+
+def image_counts(*, db_session: Session) -> dict[int, int]:
+    """Number of images per competition id."""
+    rows = db_session.execute(
+        select(CompetitionImage.competition_id, func.count()).group_by(CompetitionImage.competition_id)
+    )
+    return dict(rows.all())
+
+
+def competition_image_count(*, db_session: Session, competition_id: int) -> int:
+    """Number of images (ordinals 0..n-1) in a competition."""
+    return db_session.scalar(
+        select(func.count())
+        .select_from(CompetitionImage)
+        .where(CompetitionImage.competition_id == competition_id)
+    )
 
 
 def exclude_image(
     *, db_session: Session, competition: Competition, sha256: str, reason: str
 ) -> tuple[Image, CompetitionImage]:
-    """Keep an image out of every future selection and discard it from the pairs that selected it, each
-    pair's next reserve image taking its place (as when annotators find it too difficult). One-way: a
-    pair that discarded it keeps its replacement."""
+    """Keep an image out of every future selection (labelling's discard_image then takes it from the pairs
+    that selected it)."""
     row = db_session.execute(
         select(Image, CompetitionImage)
         .join(CompetitionImage, CompetitionImage.image_id == Image.id)
@@ -256,5 +393,4 @@ def exclude_image(
     link.excluded = True
     link.excluded_reason = reason
     db_session.flush()
-    discard_image(db_session=db_session, competition=competition, image_id=image.id)
     return image, link

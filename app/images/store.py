@@ -1,18 +1,16 @@
-"""Content-addressed blob store for images and thumbnails under the data dir.
+"""Images and thumbnails in the blob store, addressed by SHA-256.
 
-Layout: images/<sha[:2]>/<sha>.<ext> and thumbnails/<sha[:2]>/<sha>.webp. Paths are built only from
-a validated SHA-256 and a known format, never from user input. Writes are atomic (temp file + rename).
+Keys: images/<sha[:2]>/<sha>.<ext> and thumbnails/<sha[:2]>/<sha>.webp (app.storage.keys), built only from
+a validated SHA-256 and a known format, never from user input. Both are immutable once stored.
 """
 
-import os
 import re
-import tempfile
-from pathlib import Path
 
 from app.errors import InvalidInput
+from app.storage import BlobStore
+from app.storage.keys import image_key, thumbnail_key
 
 SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
-EXTENSIONS = {"jpeg": "jpg", "png": "png", "webp": "webp"}
 CONTENT_TYPES = {"jpeg": "image/jpeg", "png": "image/png", "webp": "image/webp"}
 THUMBNAIL_CONTENT_TYPE = "image/webp"
 
@@ -24,51 +22,23 @@ def check_sha256(sha256: str) -> str:
     return sha256
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write bytes so that readers see the old file or the whole new one, never a partial file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
-    try:
-        with os.fdopen(fd, "wb") as tmp:
-            tmp.write(data)
-            tmp.flush()
-            os.fsync(tmp.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-
-
 class ImageStore:
-    """Images and thumbnails on the local file system, addressed by SHA-256."""
+    """The original bytes and the WebP thumbnail of every image, in one blob store."""
 
-    def __init__(self, root: Path):
-        self.root = root
-
-    def image_path(self, sha256: str, image_format: str) -> Path:
-        """Where the original bytes of an image live."""
-        check_sha256(sha256)
-        return self.root / "images" / sha256[:2] / f"{sha256}.{EXTENSIONS[image_format]}"
-
-    def thumbnail_path(self, sha256: str) -> Path:
-        """Where the WebP thumbnail of an image lives."""
-        check_sha256(sha256)
-        return self.root / "thumbnails" / sha256[:2] / f"{sha256}.webp"
+    def __init__(self, blobs: BlobStore):
+        self.blobs = blobs
 
     def put(self, sha256: str, image_format: str, data: bytes, thumbnail: bytes) -> None:
-        """Store an image and its thumbnail unless already present (same hash, same bytes)."""
-        image_path = self.image_path(sha256, image_format)
-        if not image_path.exists():
-            write_atomically(image_path, data)
-        thumbnail_path = self.thumbnail_path(sha256)
-        if not thumbnail_path.exists():
-            write_atomically(thumbnail_path, thumbnail)
+        """Store an image and its thumbnail (a copy already there has the same bytes: replaced whole)."""
+        self.blobs.put(
+            image_key(sha256, image_format), data, content_type=CONTENT_TYPES[image_format], immutable=True
+        )
+        self.blobs.put(thumbnail_key(sha256), thumbnail, content_type=THUMBNAIL_CONTENT_TYPE, immutable=True)
 
     def remove(self, sha256: str, image_format: str) -> None:
         """Delete an image and its thumbnail if present (undoing a put whose database row goes away)."""
-        self.image_path(sha256, image_format).unlink(missing_ok=True)
-        self.thumbnail_path(sha256).unlink(missing_ok=True)
+        self.blobs.delete([image_key(sha256, image_format), thumbnail_key(sha256)])
 
     def read(self, sha256: str, image_format: str) -> bytes:
         """The original bytes of a stored image."""
-        return self.image_path(sha256, image_format).read_bytes()
+        return self.blobs.get(image_key(sha256, image_format))

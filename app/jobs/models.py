@@ -1,28 +1,12 @@
 """Leased jobs: predict a shard of images with one classifier, or select the top-k images of a pair."""
 
 from datetime import datetime
-from enum import StrEnum
 
 from sqlalchemy import ForeignKey, Index, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import Base, str_enum, utcnow
-
-
-class JobKind(StrEnum):
-    """Predict a shard of ordinals [shard_start, shard_end) or select the subset of a classifier pair."""
-
-    predict = "predict"
-    select = "select"
-
-
-class JobStatus(StrEnum):
-    """queued → running (leased) → done, or back to queued on a lost lease, or failed after max_attempts."""
-
-    queued = "queued"
-    running = "running"
-    done = "done"
-    failed = "failed"
+from app.db.base import Base, str_enum, utcnow
+from app.jobs.enums import JobKind, JobStatus
 
 
 class Job(Base):

@@ -1,21 +1,24 @@
 """The worker protocol (claim, heartbeat, results, failure) and job progress for admins."""
 
 import io
-import zipfile
 from typing import Annotated
 
 import numpy as np
-from fastapi import APIRouter, File, Form, Query, Request, UploadFile
+from fastapi import APIRouter, File, Form, Query, UploadFile
+from fastapi.responses import StreamingResponse
 
 from app.classifiers.models import Classifier
+from app.classifiers.npz import load_npz
 from app.classifiers.prediction_store import Predictions
 from app.competitions.models import Competition
-from app.competitions.service import get_competition
 from app.core.selection import PairSelection
-from app.db import SessionDep
+from app.db.session import SessionDep
 from app.errors import InvalidInput, PayloadTooLarge
+from app.images.service import competition_image_count
 from app.jobs import service
-from app.jobs.models import Job, JobKind, JobStatus
+from app.jobs.archives import shard_archive
+from app.jobs.enums import JobKind, JobStatus
+from app.jobs.models import Job
 from app.jobs.schemas import (
     ClaimedJob,
     ClaimRequest,
@@ -31,6 +34,8 @@ from app.jobs.schemas import (
     SelectTask,
 )
 from app.users.auth import AdminUser, WorkerUser
+from app.web.dependencies import CompetitionDep, SettingsDep
+from app.web.errors import error_responses
 
 router = APIRouter(prefix="/api/v1", tags=["jobs"])
 
@@ -65,13 +70,16 @@ def _claimed(db_session, job: Job) -> ClaimedJob:
             num_classes=len(competition.class_keys),
             shard_start=job.shard_start,
             shard_end=job.shard_end,
-            images=[ImageRef(ordinal=ordinal, sha256=sha256) for ordinal, sha256 in images],
+            images=[
+                ImageRef(ordinal=ordinal, sha256=sha256, format=image_format)
+                for ordinal, sha256, image_format in images
+            ],
         )
     else:
         claimed.select = SelectTask(
             classifier_a_id=job.classifier_id,
             classifier_b_id=job.other_classifier_id,
-            num_images=service.competition_image_count(db_session=db_session, competition_id=competition.id),
+            num_images=competition_image_count(db_session=db_session, competition_id=competition.id),
             k=competition.k,
             reserve_size=competition.k,
             confidence_threshold=competition.confidence_threshold,
@@ -83,71 +91,119 @@ def _claimed(db_session, job: Job) -> ClaimedJob:
     return claimed
 
 
-@router.post("/jobs/claim", summary="Lease the next job (worker)")
+@router.post("/jobs/claim", summary="Lease the next job (worker)", responses=error_responses(401, 403, 422))
 def claim_jobs(
-    body: ClaimRequest, request: Request, db_session: SessionDep, _worker: WorkerUser
+    body: ClaimRequest, db_session: SessionDep, settings: SettingsDep, _worker: WorkerUser
 ) -> ClaimResponse:
     """The oldest queued job (or one whose lease expired), with same-shard predict jobs; [] when none."""
-    settings = request.app.state.settings
     jobs = service.claim(db_session=db_session, worker=body.worker, lease_seconds=settings.job_lease_s)
     return ClaimResponse(
         lease_seconds=settings.job_lease_s,
         jobs=[_claimed(db_session, job) for job in jobs],
         unfinished=service.unfinished_count(db_session=db_session),
+        storage_url=settings.blob_store.url,
     )
 
 
-@router.post("/jobs/heartbeat", summary="Extend leases and report progress (worker)")
+@router.get(
+    "/jobs/{job_id}/images.tar",
+    response_class=StreamingResponse,
+    responses={
+        200: {"content": {"application/x-tar": {}}, "description": "Members <ordinal>.<ext>, in order."},
+        **error_responses(401, 403, 404, 409, 422),
+    },
+    summary="A predict shard's images as one streamed tar archive (worker)",
+)
+def shard_images_archive(
+    job_id: int,
+    db_session: SessionDep,
+    settings: SettingsDep,
+    _worker: WorkerUser,
+    lease_token: Annotated[str, Query(min_length=1, max_length=64)],
+    start: Annotated[
+        int | None, Query(ge=0, description="First ordinal; the shard's start if omitted.")
+    ] = None,
+    end: Annotated[
+        int | None, Query(ge=0, description="Past the last ordinal; the shard's end if omitted.")
+    ] = None,
+) -> StreamingResponse:
+    """The images of ordinals [start, end) of the job's shard, for the worker holding its lease: a worker
+    that cannot read the blob store itself asks for its images a batch at a time here, not one by one."""
+    job = service.leased_predict_job(db_session=db_session, job_id=job_id, lease_token=lease_token)
+    start = job.shard_start if start is None else start
+    end = job.shard_end if end is None else end
+    if not job.shard_start <= start <= end <= job.shard_end:
+        raise InvalidInput(f"ordinals {start}..{end} are outside shard {job.shard_start}..{job.shard_end}")
+    images = service.shard_images(
+        db_session=db_session, competition_id=job.competition_id, start=start, end=end
+    )
+    return StreamingResponse(shard_archive(settings.blob_store, images), media_type="application/x-tar")
+
+
+@router.post(
+    "/jobs/heartbeat",
+    summary="Extend leases and report progress (worker)",
+    responses=error_responses(401, 403, 422),
+)
 def heartbeat(
-    body: HeartbeatRequest, request: Request, db_session: SessionDep, _worker: WorkerUser
+    body: HeartbeatRequest, db_session: SessionDep, settings: SettingsDep, _worker: WorkerUser
 ) -> list[LeaseState]:
     """Extend every lease still held; held=false means another worker took the job over: stop it."""
     held = service.heartbeat(
         db_session=db_session,
         leases=[(lease.job_id, lease.lease_token, lease.progress_done) for lease in body.leases],
-        lease_seconds=request.app.state.settings.job_lease_s,
+        lease_seconds=settings.job_lease_s,
     )
     return [LeaseState(job_id=job_id, held=is_held) for job_id, is_held in held.items()]
 
 
-def _read_predictions_npz(upload: UploadFile, max_bytes: int) -> Predictions:
-    """Prediction arrays from an uploaded .npz (no pickles), checked against the layout."""
+def _read_predictions_npz(upload: UploadFile, max_bytes: int, max_rows: int) -> Predictions:
+    """Prediction arrays from an uploaded .npz (no pickles, none inflating beyond max_rows rows), checked
+    against the layout."""
     data = upload.file.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise PayloadTooLarge(f"a predictions shard is at most {max_bytes:,} bytes")
+    names = tuple(Predictions.empty(0).arrays())
     try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
-            return Predictions(**{name: arrays[name] for name in Predictions.empty(0).arrays()})
-    except (ValueError, KeyError, OSError, EOFError, zipfile.BadZipFile) as error:
+        arrays = load_npz(io.BytesIO(data), names, max_rows * BYTES_PER_PREDICTION_ROW)
+        return Predictions(**{name: arrays[name] for name in names})
+    except (ValueError, KeyError) as error:  # NpzError is a ValueError, as are Predictions layout errors
         reason = str(error) or type(error).__name__
         raise InvalidInput(f"predictions upload is not a valid shard .npz: {reason}") from None
 
 
-@router.post("/jobs/{job_id}/predictions", summary="Finish a predict job with its shard's arrays (worker)")
+@router.post(
+    "/jobs/{job_id}/predictions",
+    summary="Finish a predict job with its shard's arrays (worker)",
+    responses=error_responses(401, 403, 404, 409, 413, 422, 503),
+)
 def complete_predict(
     job_id: int,
     lease_token: Annotated[str, Form()],
     predictions: Annotated[
         UploadFile, File(description="npz with top1, prob, entropy_bits, top5, top5_prob.")
     ],
-    request: Request,
     db_session: SessionDep,
+    settings: SettingsDep,
     _worker: WorkerUser,
 ) -> JobRead:
     """Store the shard (atomically) and finish the job; 409 when the lease was lost. Repeating is harmless."""
-    settings = request.app.state.settings
     max_bytes = settings.predict_shard_size * BYTES_PER_PREDICTION_ROW + NPZ_OVERHEAD_BYTES
     job = service.complete_predict(
         db_session=db_session,
         settings=settings,
         job_id=job_id,
         lease_token=lease_token,
-        predictions=_read_predictions_npz(predictions, max_bytes),
+        predictions=_read_predictions_npz(predictions, max_bytes, settings.predict_shard_size),
     )
     return JobRead.model_validate(job)
 
 
-@router.post("/jobs/{job_id}/selection", summary="Finish a select job with the pair's subset (worker)")
+@router.post(
+    "/jobs/{job_id}/selection",
+    summary="Finish a select job with the pair's subset (worker)",
+    responses=error_responses(401, 403, 404, 409, 422),
+)
 def complete_select(
     job_id: int, body: SelectionResult, db_session: SessionDep, _worker: WorkerUser
 ) -> JobRead:
@@ -167,7 +223,11 @@ def complete_select(
     return JobRead.model_validate(job)
 
 
-@router.post("/jobs/{job_id}/fail", summary="Report a failed job (worker)")
+@router.post(
+    "/jobs/{job_id}/fail",
+    summary="Report a failed job (worker)",
+    responses=error_responses(401, 403, 404, 409, 422),
+)
 def fail_job(job_id: int, body: FailureReport, db_session: SessionDep, _worker: WorkerUser) -> JobRead:
     """Requeue the job, or fail it (and its classifier) when permanent or out of attempts; keeps the error."""
     job = service.fail(
@@ -180,7 +240,7 @@ def fail_job(job_id: int, body: FailureReport, db_session: SessionDep, _worker: 
     return JobRead.model_validate(job)
 
 
-@router.get("/jobs", summary="List jobs (admin)")
+@router.get("/jobs", summary="List jobs (admin)", responses=error_responses(401, 403, 422))
 def list_jobs(
     db_session: SessionDep,
     _admin: AdminUser,
@@ -193,12 +253,15 @@ def list_jobs(
     return [JobRead.model_validate(job) for job in jobs]
 
 
-@router.get("/competitions/{competition_id}/progress", summary="Prediction and selection progress (admin)")
+@router.get(
+    "/competitions/{competition_id}/progress",
+    summary="Prediction and selection progress (admin)",
+    responses=error_responses(401, 403, 404, 422),
+)
 def competition_progress(
-    competition_id: int, db_session: SessionDep, _admin: AdminUser
+    db_session: SessionDep, _admin: AdminUser, competition: CompetitionDep
 ) -> CompetitionProgress:
     """Images predicted per classifier, pairs selected of all pairs, jobs by status."""
-    get_competition(db_session=db_session, competition_id=competition_id)
     return CompetitionProgress(
-        **service.competition_progress(db_session=db_session, competition_id=competition_id)
+        **service.competition_progress(db_session=db_session, competition_id=competition.id)
     )

@@ -1,11 +1,12 @@
 """Bodies of the worker protocol (claim, heartbeat, results, failure) and job listings."""
 
 from datetime import datetime
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from app.classifiers.models import ClassifierSource
-from app.jobs.models import JobKind, JobStatus
+from app.classifiers.enums import ClassifierSource
+from app.jobs.enums import JobKind, JobStatus
 
 
 class ClaimRequest(BaseModel):
@@ -15,10 +16,12 @@ class ClaimRequest(BaseModel):
 
 
 class ImageRef(BaseModel):
-    """An image of the shard: its ordinal and the hash it is served at (/images/{sha256})."""
+    """An image of the shard: its ordinal, the hash it is served at (/images/{sha256}) and its format (which
+    with the hash names its blob, for a worker that reads the store itself)."""
 
     ordinal: int
     sha256: str
+    format: str
 
 
 class PredictTask(BaseModel):
@@ -71,6 +74,10 @@ class ClaimResponse(BaseModel):
     lease_seconds: int
     jobs: list[ClaimedJob]
     unfinished: int = Field(description="Queued or running jobs; 0 means a worker may stop waiting.")
+    storage_url: str = Field(
+        description="Where the service keeps its blobs (file:///path or s3://bucket/prefix, no "
+        "credentials): a worker that can read it reads images there, others ask for each shard's images.tar."
+    )
 
 
 class Lease(BaseModel):
@@ -94,17 +101,25 @@ class LeaseState(BaseModel):
     held: bool
 
 
+Ordinal = Annotated[int, Field(ge=0, le=2**63 - 1, description="An image's ordinal in the competition.")]
+Label = Annotated[int, Field(ge=0, le=2**31 - 1, description="A class index.")]
+Distance = Annotated[
+    float, Field(ge=0, allow_inf_nan=False, description="WordNet distance of the two labels (Eq. 3).")
+]
+Probability = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False, description="A top-1 probability.")]
+
+
 class SelectionResult(BaseModel):
     """A pair's accepted images in greedy order: the first n_selected are S_ij, the rest the reserve."""
 
     lease_token: str
     n_selected: int = Field(ge=0)
-    ordinals: list[int]
-    distances: list[float]
-    labels_a: list[int]
-    labels_b: list[int]
-    probs_a: list[float]
-    probs_b: list[float]
+    ordinals: list[Ordinal]
+    distances: list[Distance]
+    labels_a: list[Label]
+    labels_b: list[Label]
+    probs_a: list[Probability]
+    probs_b: list[Probability]
 
     @model_validator(mode="after")
     def _same_lengths(self) -> "SelectionResult":

@@ -18,15 +18,19 @@ import numpy as np
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
-from app.classifiers.models import Classifier, ClassifierSource, ClassifierStatus
+from app.classifiers.enums import ClassifierSource, ClassifierStatus
+from app.classifiers.models import Classifier
 from app.classifiers.prediction_store import NO_LABEL, Predictions, PredictionStore
 from app.competitions.models import Competition
+from app.competitions.service import lock_competition
 from app.core.selection import PairSelection
-from app.db import utcnow
+from app.db.base import utcnow
 from app.errors import Conflict, InvalidInput, NotFound, storage_errors
 from app.images.models import CompetitionImage, Image
-from app.jobs.models import Job, JobKind, JobStatus
-from app.labelling.service import store_pair_subset
+from app.images.service import competition_image_count
+from app.jobs.enums import JobKind, JobStatus
+from app.jobs.models import Job
+from app.labelling.subsets import store_pair_subset
 from app.settings import Settings
 
 MAX_SHARED_PREDICT_JOBS = 8
@@ -40,20 +44,6 @@ def predict_key(classifier_id: int, start: int, end: int) -> str:
 def select_key(classifier_a_id: int, classifier_b_id: int) -> str:
     """The unique key of the job selecting the subset of pair (a, b), a < b."""
     return f"select:{classifier_a_id}:{classifier_b_id}"
-
-
-def competition_image_count(*, db_session: Session, competition_id: int) -> int:
-    """Number of images (ordinals 0..n-1) in a competition."""
-    return db_session.scalar(
-        select(func.count())
-        .select_from(CompetitionImage)
-        .where(CompetitionImage.competition_id == competition_id)
-    )
-
-
-def lock_competition(*, db_session: Session, competition_id: int) -> None:
-    """Serialise job creation within a competition (row lock on Postgres; SQLite serialises writers)."""
-    db_session.execute(select(Competition.id).where(Competition.id == competition_id).with_for_update())
 
 
 def lock_competition_of_job(*, db_session: Session, job_id: int) -> None:
@@ -297,7 +287,7 @@ def _fail_permanently(*, db_session: Session, job: Job, error: str, now) -> None
             Job.classifier_id == classifier.id, Job.kind == JobKind.predict, Job.status == JobStatus.queued
         )
     ):
-        sibling.status = JobStatus.failed
+        sibling.status = JobStatus.cancelled
         sibling.error = f"classifier {classifier.name!r} failed: {error}"
         sibling.finished_at = now
 
@@ -328,7 +318,7 @@ def complete_predict(
     competition = db_session.get_one(Competition, job.competition_id)
     _check_shard_values(job_id, predictions, len(competition.class_keys))
     with storage_errors(f"the predictions of job {job_id}"):  # no partial file; the job stays running
-        PredictionStore(settings.predictions_dir).write_shard(job.classifier_id, job.shard_start, predictions)
+        PredictionStore(settings.blob_store).write_shard(job.classifier_id, job.shard_start, predictions)
     mark_done(db_session=db_session, job=job)
     unfinished = db_session.scalar(
         select(func.count()).where(
@@ -377,6 +367,12 @@ def complete_select(*, db_session: Session, job_id: int, lease_token: str, selec
     unknown = [int(o) for o in selection.ordinals if int(o) not in image_id_by_ordinal]
     if unknown:
         raise InvalidInput(f"job {job_id}: ordinals {unknown[:5]} are not images of the competition")
+    num_classes = len(competition.class_keys)
+    beyond = sorted(
+        {int(label) for label in (*selection.labels_i, *selection.labels_j) if label >= num_classes}
+    )
+    if beyond:
+        raise InvalidInput(f"job {job_id}: labels {beyond[:5]} are beyond the {num_classes} classes")
     entries = [
         (image_id_by_ordinal[int(ordinal)], distance, label_a, label_b, prob_a, prob_b)
         for ordinal, distance, label_a, label_b, prob_a, prob_b in zip(
@@ -400,10 +396,12 @@ def complete_select(*, db_session: Session, job_id: int, lease_token: str, selec
     return job
 
 
-def shard_images(*, db_session: Session, competition_id: int, start: int, end: int) -> list[tuple[int, str]]:
-    """(ordinal, sha256) of the competition's images with ordinals in [start, end), in order."""
+def shard_images(
+    *, db_session: Session, competition_id: int, start: int, end: int
+) -> list[tuple[int, str, str]]:
+    """(ordinal, sha256, format) of the competition's images with ordinals in [start, end), in order."""
     rows = db_session.execute(
-        select(CompetitionImage.ordinal, Image.sha256)
+        select(CompetitionImage.ordinal, Image.sha256, Image.format)
         .join(Image, Image.id == CompetitionImage.image_id)
         .where(
             CompetitionImage.competition_id == competition_id,
@@ -412,7 +410,21 @@ def shard_images(*, db_session: Session, competition_id: int, start: int, end: i
         )
         .order_by(CompetitionImage.ordinal)
     )
-    return [(ordinal, sha256) for ordinal, sha256 in rows]
+    return [(ordinal, sha256, image_format) for ordinal, sha256, image_format in rows]
+
+
+def leased_predict_job(*, db_session: Session, job_id: int, lease_token: str) -> Job:
+    """The running predict job under this lease (not locked: reading its images changes nothing).
+
+    Raises Conflict when the lease is not (or no longer) this one, NotFound for an unknown job."""
+    job = db_session.get(Job, job_id)
+    if job is None:
+        raise NotFound(f"no job with id {job_id}")
+    if job.kind != JobKind.predict:
+        raise InvalidInput(f"job {job_id} is a {job.kind.value} job, not a predict job")
+    if job.lease_token != lease_token or job.status != JobStatus.running:
+        raise Conflict(f"job {job_id}: lease lost, another worker holds or finished it")
+    return job
 
 
 def excluded_ordinals(*, db_session: Session, competition_id: int) -> list[int]:

@@ -8,7 +8,7 @@ from enum import StrEnum
 from sqlalchemy import ForeignKey, Index, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import Base, str_enum, utcnow
+from app.db.base import Base, str_enum, utcnow
 
 
 class PairSubset(Base):
@@ -93,6 +93,20 @@ class Vote(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class GoldAnswer(Base):
+    """An annotator's first answer to a gold question, which alone scores them: undo takes back their vote
+    (as on any question, so that undo does not tell gold apart), never this."""
+
+    __tablename__ = "gold_answers"
+
+    question_id: Mapped[int] = mapped_column(ForeignKey("questions.id", ondelete="CASCADE"), primary_key=True)
+    user_id: Mapped[int] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
+    answer: Mapped[bool]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class DifficultyFlag(Base):
     """An annotator's verdict that an image is too difficult or not a natural photo."""
 
@@ -132,15 +146,18 @@ class LabelItem(Base):
 
 
 class AssignmentStatus(StrEnum):
-    """An annotator's relation to an item: holding it under a lease, done with it, or flagged it."""
+    """An annotator's relation to an item: holding it under a lease, done with it, flagged it, or skipped
+    it (no answer: offered to them again only once nothing else is left)."""
 
     leased = "leased"
     done = "done"
     flagged = "flagged"
+    skipped = "skipped"
 
 
 class Assignment(Base):
-    """An item handed to an annotator: a lease until expires_at, then done (all answered) or flagged."""
+    """An item handed to an annotator: a lease until expires_at, then done (all answered), flagged or
+    skipped (leased_at is then when)."""
 
     __tablename__ = "label_assignments"
     __table_args__ = (Index("ix_label_assignments_user_status", "user_id", "status"),)

@@ -1,21 +1,35 @@
-"""The annotator's page: one image at a time, answered from the keyboard or with big buttons."""
+"""The annotator's pages: one image at a time, answered from the keyboard or with big buttons, and the
+competition's guidelines."""
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from app.competitions.service import get_competition
-from app.db import SessionDep
+from app.competitions.service import class_definitions
 from app.users.auth import ANNOTATOR_ROLES, OptionalUser, page_user
+from app.web.dependencies import CompetitionDep
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
 
 
 @router.get("/competitions/{competition_id}/label", response_class=HTMLResponse)
-def label_page(competition_id: int, request: Request, db_session: SessionDep, user: OptionalUser):
+def label_page(request: Request, user: OptionalUser, competition: CompetitionDep):
     """The labelling page; signed-out visitors are sent to sign in and come back here."""
     annotator = page_user(request, user, *ANNOTATOR_ROLES)
     if isinstance(annotator, RedirectResponse):
         return annotator
-    competition = get_competition(db_session=db_session, competition_id=competition_id)
     return render(request, "label.html", user=annotator, competition=competition)
+
+
+@router.get("/competitions/{competition_id}/guidelines", response_class=HTMLResponse)
+def guidelines_page(request: Request, user: OptionalUser, competition: CompetitionDep):
+    """How to answer: the general rules, the competition's own guidelines and what each class means."""
+    classes = zip(competition.class_names, class_definitions(competition), strict=True)
+    return render(
+        request,
+        "guidelines.html",
+        user=user,
+        competition=competition,
+        paragraphs=[p.strip() for p in competition.guidelines.split("\n\n") if p.strip()],
+        classes=sorted(classes, key=lambda named: str(named[0]).lower()),
+    )

@@ -1,8 +1,8 @@
-"""Labelling API: lease the next image, answer, flag, undo, progress; gold and annotators (admin).
+"""Labelling API: lease the next image, answer, flag, skip, undo, progress; gold and annotators (admin).
 
 The annotator's endpoints are the hot path (every answer passes through them): a dependency reads the
 caller and the competition in one query, and the endpoint does the rest of its database work, commit
-included, in one more worker thread (app.db.in_one_thread). The admin endpoints use the usual
+included, in one more worker thread (app.db.session.in_one_thread). The admin endpoints use the usual
 dependencies.
 """
 
@@ -12,10 +12,11 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request, status
 from sqlalchemy.orm import Session
 
-from app.competitions.service import get_competition
-from app.db import SessionDep, in_one_thread
+from app.db.session import SessionDep, in_one_thread
 from app.errors import NotFound
-from app.labelling import service
+from app.labelling import answers, gold, queue
+from app.labelling.annotators import annotator_stats, images_left
+from app.labelling.caller import labelling_caller
 from app.labelling.schemas import (
     AnnotatorStatsRead,
     AnswersCreate,
@@ -27,17 +28,24 @@ from app.labelling.schemas import (
     ItemRead,
     MyStatsRead,
     NextItemRead,
+    SkipCreate,
     UndoRead,
 )
+from app.labelling.skip import skip_item
+from app.labelling.types import Answer, Labeller, LabellingSettings
+from app.labelling.undo import undo_last
 from app.users import service as users_service
 from app.users.auth import (
     ANNOTATOR_ROLES,
+    SAFE_METHODS,
     AdminUser,
     CredentialsDep,
     check_role,
     identify,
     require_caller,
 )
+from app.web.dependencies import CompetitionDep
+from app.web.errors import error_responses
 
 router = APIRouter(prefix="/api/v1/competitions/{competition_id}/labelling", tags=["labelling"])
 
@@ -46,23 +54,29 @@ router = APIRouter(prefix="/api/v1/competitions/{competition_id}/labelling", tag
 class LabellingCall:
     """Who labels (an annotator or an admin) and in which competition."""
 
-    labeller: service.Labeller
-    competition: service.LabellingSettings
+    labeller: Labeller
+    competition: LabellingSettings
 
 
 def labelling_call(
     competition_id: int, request: Request, db_session: SessionDep, credentials: CredentialsDep
 ) -> LabellingCall:
-    """The caller and the competition in one query: 401, 403, then 404, before the body is validated."""
+    """The caller and the competition in one query: 401, 403, then 404, before the body is validated.
+
+    A request that changes state holds the caller's row locked FOR SHARE until it commits (see
+    app.labelling.caller), so that pausing them or excluding their votes never overlaps it.
+    """
     caller = require_caller(
         identify(
             request,
             credentials,
-            lambda given: service.labelling_caller(
+            lambda given: labelling_caller(
                 db_session=db_session,
                 token=given.token,
                 user_id=given.session_user_id,
+                session_generation=given.session_generation,
                 competition_id=competition_id,
+                writes=request.method not in SAFE_METHODS,
             ),
         )
     )
@@ -79,7 +93,7 @@ def labelling_call(
 LabellingCallDep = Annotated[LabellingCall, Depends(labelling_call)]
 
 
-@router.post("/next", summary="Lease the next image to label")
+@router.post("/next", summary="Lease the next image to label", responses=error_responses(401, 403, 404, 422))
 async def next_item(db_session: SessionDep, call: LabellingCallDep) -> NextItemRead:
     """The image the caller should label now with its yes/no questions, leased to them for two minutes.
 
@@ -90,13 +104,17 @@ async def next_item(db_session: SessionDep, call: LabellingCallDep) -> NextItemR
     return await in_one_thread(db_session, lambda: _lease_next(db_session, call))
 
 
-def _lease_next(db_session: Session, call: LabellingCall) -> NextItemRead:
-    """Lease the caller's next item; its API view."""
-    result = service.next_item(db_session=db_session, competition=call.competition, user=call.labeller)
+def _lease_next(db_session: Session, call: LabellingCall, not_now: int | None = None) -> NextItemRead:
+    """Lease the caller's next item (never item `not_now`); its API view."""
+    result = queue.next_item(
+        db_session=db_session, competition=call.competition, user=call.labeller, not_now=not_now
+    )
     return NextItemRead(status=result.status, item=None if result.item is None else ItemRead.of(result.item))
 
 
-@router.post("/answers", summary="Answer questions of one image")
+@router.post(
+    "/answers", summary="Answer questions of one image", responses=error_responses(401, 403, 404, 409, 422)
+)
 async def submit_answers(body: AnswersCreate, db_session: SessionDep, call: LabellingCallDep) -> AnswersRead:
     """Store yes/no answers with the seconds each took. A question is decided once a strict majority of the
     panel agrees (3 of 5) and is then asked no more; answers to questions decided meanwhile are listed in
@@ -106,11 +124,11 @@ async def submit_answers(body: AnswersCreate, db_session: SessionDep, call: Labe
     next image, leased as by POST …/next."""
 
     def answer() -> AnswersRead:
-        result = service.submit_answers(
+        result = answers.submit_answers(
             db_session=db_session,
             competition=call.competition,
             user=call.labeller,
-            answers=[service.Answer(a.question_id, a.answer, a.seconds) for a in body.answers],
+            answers=[Answer(a.question_id, a.answer, a.seconds) for a in body.answers],
         )
         return AnswersRead(
             recorded=result.recorded,
@@ -122,7 +140,11 @@ async def submit_answers(body: AnswersCreate, db_session: SessionDep, call: Labe
     return await in_one_thread(db_session, answer)
 
 
-@router.post("/flags", summary="Flag an image as too difficult or not a natural photo")
+@router.post(
+    "/flags",
+    summary="Flag an image as too difficult or not a natural photo",
+    responses=error_responses(401, 403, 404, 409, 422),
+)
 async def flag_image(body: FlagCreate, db_session: SessionDep, call: LabellingCallDep) -> FlagRead:
     """The caller is not asked this image again. When more than 60% of the panel flag it (4 of 5), it is
     discarded for every pair that selected it and each pair's next reserve image is asked instead. Only an
@@ -130,7 +152,7 @@ async def flag_image(body: FlagCreate, db_session: SessionDep, call: LabellingCa
     for them: 409 otherwise (never given, or decided or discarded meanwhile). Flagging again is a no-op."""
 
     def flag() -> FlagRead:
-        discarded = service.flag_image(
+        discarded = answers.flag_image(
             db_session=db_session, competition=call.competition, user=call.labeller, item_id=body.item_id
         )
         return FlagRead(discarded=discarded)
@@ -138,7 +160,29 @@ async def flag_image(body: FlagCreate, db_session: SessionDep, call: LabellingCa
     return await in_one_thread(db_session, flag)
 
 
-@router.post("/undo", summary="Undo the last answer or flag")
+@router.post(
+    "/skip", summary="Skip an image without answering", responses=error_responses(401, 403, 404, 409, 422)
+)
+async def skip_image(body: SkipCreate, db_session: SessionDep, call: LabellingCallDep) -> NextItemRead:
+    """Hand back an image without an answer (when the caller would rather not judge it; an image nobody
+    could judge is flagged instead): no vote or flag is recorded, the lease ends so that others may take
+    it, and the response carries the next image. The skipped image is offered to the caller again only
+    once nothing else is left for them (`status` is then `skipped`). Only an image given to the caller and
+    not yet answered, flagged or finished by them can be skipped: 409 otherwise; skipping again is a
+    no-op."""
+
+    def skip() -> NextItemRead:
+        skip_item(
+            db_session=db_session, competition=call.competition, user=call.labeller, item_id=body.item_id
+        )
+        return _lease_next(db_session, call, not_now=body.item_id)
+
+    return await in_one_thread(db_session, skip)
+
+
+@router.post(
+    "/undo", summary="Undo the last answer or flag", responses=error_responses(401, 403, 404, 409, 422)
+)
 async def undo(db_session: SessionDep, call: LabellingCallDep) -> UndoRead:
     """Take back the caller's latest answer (or flag) and lease its image again with the undone question
     first. Up to ten steps back; 404 when there is nothing to undo, 409 past ten, when the panel has
@@ -146,7 +190,7 @@ async def undo(db_session: SessionDep, call: LabellingCallDep) -> UndoRead:
     meanwhile (try again)."""
 
     def take_back() -> UndoRead:
-        result = service.undo_last(db_session=db_session, competition=call.competition, user=call.labeller)
+        result = undo_last(db_session=db_session, competition=call.competition, user=call.labeller)
         return UndoRead(
             undone=result.undone,
             question_id=result.question_id,
@@ -156,48 +200,56 @@ async def undo(db_session: SessionDep, call: LabellingCallDep) -> UndoRead:
     return await in_one_thread(db_session, take_back)
 
 
-@router.get("/me", summary="My labelling progress")
+@router.get("/me", summary="My labelling progress", responses=error_responses(401, 403, 404, 422))
 async def my_stats(db_session: SessionDep, call: LabellingCallDep) -> MyStatsRead:
-    """Answers today (UTC) and in total, flags, accuracy on gold questions, and images left to label."""
+    """Answers today (UTC) and in total, flags, and images left to label. Not the caller's accuracy on gold
+    questions: it would tell which images were gold (admins see it in …/annotators)."""
 
     def progress() -> MyStatsRead:
-        (stats,) = service.annotator_stats(
+        (stats,) = annotator_stats(
             db_session=db_session, competition=call.competition, user_ids=[call.labeller.id]
         )
         return MyStatsRead(
             answered_today=stats.answered_today,
             answered_total=stats.answered_total,
             flagged=stats.flagged,
-            images_left=service.images_left(db_session=db_session, competition=call.competition),
-            gold_answered=stats.gold_answered,
-            gold_correct=stats.gold_correct,
-            gold_accuracy=stats.gold_accuracy,
+            images_left=images_left(db_session=db_session, competition=call.competition),
         )
 
     return await in_one_thread(db_session, progress)
 
 
-@router.get("/annotators", summary="Annotators' progress and gold accuracy (admin)")
-def annotators(competition_id: int, db_session: SessionDep, _admin: AdminUser) -> list[AnnotatorStatsRead]:
+@router.get(
+    "/annotators",
+    summary="Annotators' progress and gold accuracy (admin)",
+    responses=error_responses(401, 403, 404, 422),
+)
+def annotators(
+    db_session: SessionDep, _admin: AdminUser, competition: CompetitionDep
+) -> list[AnnotatorStatsRead]:
     """Every account that answered or flagged in this competition: answers, flags, accuracy on gold
-    questions, mean seconds per answer, and whether it is paused or its votes are excluded."""
-    competition = get_competition(db_session=db_session, competition_id=competition_id)
+    questions (of each one's first answers: undo changes a vote, not the score), mean seconds per answer,
+    and whether it is paused or its votes are excluded."""
     return [
         AnnotatorStatsRead.of(stats)
-        for stats in service.annotator_stats(db_session=db_session, competition=competition)
+        for stats in annotator_stats(db_session=db_session, competition=competition)
     ]
 
 
-@router.post("/gold", status_code=status.HTTP_201_CREATED, summary="Add gold questions (admin)")
+@router.post(
+    "/gold",
+    status_code=status.HTTP_201_CREATED,
+    summary="Add gold questions (admin)",
+    responses=error_responses(401, 403, 404, 422),
+)
 def add_gold(
-    competition_id: int, body: GoldCreate, db_session: SessionDep, _admin: AdminUser
+    body: GoldCreate, db_session: SessionDep, _admin: AdminUser, competition: CompetitionDep
 ) -> list[GoldRead]:
     """Questions with known answers on one image, mixed into annotators' work at the competition's
     gold_rate to measure their accuracy; a known answer is also the question's outcome. The image must end
     up with at least two questions, as every image does (422 otherwise): give two classes, or one on an
     image a pair already asks about."""
-    competition = get_competition(db_session=db_session, competition_id=competition_id)
-    questions = service.add_gold_questions(
+    questions = gold.add_gold_questions(
         db_session=db_session,
         competition=competition,
         image_sha256=body.image_sha256,
@@ -206,13 +258,12 @@ def add_gold(
     return [_gold_read(question, body.image_sha256, competition.class_names) for question in questions]
 
 
-@router.get("/gold", summary="List gold questions (admin)")
-def list_gold(competition_id: int, db_session: SessionDep, _admin: AdminUser) -> list[GoldRead]:
+@router.get("/gold", summary="List gold questions (admin)", responses=error_responses(401, 403, 404, 422))
+def list_gold(db_session: SessionDep, _admin: AdminUser, competition: CompetitionDep) -> list[GoldRead]:
     """Every gold question of the competition with its known answer."""
-    competition = get_competition(db_session=db_session, competition_id=competition_id)
     return [
         _gold_read(question, sha256, competition.class_names)
-        for question, sha256 in service.gold_questions(db_session=db_session, competition=competition)
+        for question, sha256 in gold.gold_questions(db_session=db_session, competition=competition)
     ]
 
 

@@ -8,23 +8,29 @@ import inflect
 from pydantic import BaseModel, Field
 
 from app.images.store import SHA256_PATTERN
-from app.labelling import service
+from app.labelling.types import AnnotatorStats, PresentedItem, PresentedQuestion
 
 
 class QuestionRead(BaseModel):
-    """One yes/no question on the image, by class name only."""
+    """One yes/no question on the image, by class name only, with what the class means."""
 
     question_id: int
     class_name: str = Field(examples=["fountain"])
     text: str = Field(examples=["Does this image contain a fountain?"])
+    definition: str = Field(
+        examples=["a structure from which an artificially produced jet of water arises"],
+        description="What the class means: its WordNet gloss, or the taxonomy file's description; empty "
+        "when the taxonomy gives none.",
+    )
 
     @classmethod
-    def of(cls, question: service.PresentedQuestion) -> "QuestionRead":
+    def of(cls, question: PresentedQuestion) -> "QuestionRead":
         """The API view of a presented question."""
         return cls(
             question_id=question.question_id,
             class_name=question.class_name,
             text=question_text(question.class_name),
+            definition=question.definition,
         )
 
 
@@ -53,7 +59,7 @@ class ItemRead(BaseModel):
     )
 
     @classmethod
-    def of(cls, item: service.PresentedItem) -> "ItemRead":
+    def of(cls, item: PresentedItem) -> "ItemRead":
         """The API view of a presented item."""
         return cls(
             item_id=item.item_id,
@@ -66,9 +72,12 @@ class ItemRead(BaseModel):
 
 
 class NextItemRead(BaseModel):
-    """The next item, or why there is none: `busy` (the rest is leased to others) or `finished`."""
+    """The next item, or why there is none."""
 
-    status: Literal["item", "busy", "finished"]
+    status: Literal["item", "busy", "skipped", "finished"] = Field(
+        description="`item`: here it is; `busy`: the rest is leased to others; `skipped`: only images the "
+        "caller skipped are left (POST …/next offers them again); `finished`: nothing is left for the caller."
+    )
     item: ItemRead | None
 
 
@@ -100,6 +109,12 @@ class AnswersRead(BaseModel):
     next: NextItemRead | None = Field(default=None, description="The next image, when asked for.")
 
 
+class SkipCreate(BaseModel):
+    """Skip an item's image: hand it back without answering."""
+
+    item_id: int
+
+
 class FlagCreate(BaseModel):
     """Flag an item's image as too difficult or not a natural photo."""
 
@@ -125,15 +140,16 @@ class UndoRead(BaseModel):
 
 
 class MyStatsRead(BaseModel):
-    """The caller's progress: answers today (UTC) and in total, flags, gold accuracy, and images left."""
+    """The caller's progress: answers today (UTC) and in total, flags, and images left.
+
+    Never their gold score: it would change right after a gold answer and so mark the image as gold.
+    Admins see it in …/annotators.
+    """
 
     answered_today: int
     answered_total: int
     flagged: int
     images_left: int = Field(description="Images of the competition whose questions still need votes.")
-    gold_answered: int
-    gold_correct: int
-    gold_accuracy: float | None
 
 
 class AnnotatorStatsRead(BaseModel):
@@ -146,13 +162,13 @@ class AnnotatorStatsRead(BaseModel):
     answered_total: int
     answered_today: int
     flagged: int
-    gold_answered: int
+    gold_answered: int = Field(description="Gold questions answered; a first answer counts, undo or not.")
     gold_correct: int
     gold_accuracy: float | None
     mean_seconds: float | None
 
     @classmethod
-    def of(cls, stats: service.AnnotatorStats) -> "AnnotatorStatsRead":
+    def of(cls, stats: AnnotatorStats) -> "AnnotatorStatsRead":
         """The API view of an annotator's statistics."""
         return cls(**vars(stats), gold_accuracy=stats.gold_accuracy)
 

@@ -23,6 +23,9 @@ DASHES = ("", "6 3", "2 3", "8 3 2 3")
 CELL = 52
 CHAR_WIDTH = 8
 MAX_NAME_CHARS = 24
+SLANT = 0.7072
+"""cos 45° = sin 45°: how far a column name slanted at 45° reaches across and up per unit of length."""
+LEGEND_GAP, LEGEND_HEIGHT = 16, 12
 CHART_WIDTH, CHART_HEIGHT, MARGIN = 640, 300, 48
 
 
@@ -36,10 +39,25 @@ def viridis(value: float) -> tuple[int, int, int]:
     return VIRIDIS[-1][1]
 
 
+def relative_luminance(rgb: tuple[int, int, int]) -> float:
+    """L = 0.2126 R + 0.7152 G + 0.0722 B over linearised sRGB channels (WCAG 2.2, "relative luminance")."""
+    linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in (v / 255 for v in rgb)]
+    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+
+def contrast_ratio(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
+    """(L_lighter + 0.05) / (L_darker + 0.05) (WCAG 2.2, "contrast ratio")."""
+    low, high = sorted((relative_luminance(a), relative_luminance(b)))
+    return (high + 0.05) / (low + 0.05)
+
+
+BLACK, WHITE = (0, 0, 0), (255, 255, 255)
+
+
 def text_colour(rgb: tuple[int, int, int]) -> str:
-    """Dark text on light cells, white on dark ones (relative luminance above or below 0.4)."""
-    red, green, blue = (channel / 255 for channel in rgb)
-    return "#111" if 0.2126 * red + 0.7152 * green + 0.0722 * blue > 0.4 else "#fff"
+    """Black or white, whichever contrasts more with the cell (at least 4.58:1 on any colour, above WCAG
+    AA's 4.5:1 for small text)."""
+    return "#000" if contrast_ratio(rgb, BLACK) >= contrast_ratio(rgb, WHITE) else "#fff"
 
 
 @dataclass(frozen=True)
@@ -53,7 +71,8 @@ class AxisLabel:
 
 @dataclass(frozen=True)
 class HeatmapCell:
-    """A drawn cell: a_ij with its colours, hover text and the pair gallery it links to (None: diagonal)."""
+    """A drawn cell: a_ij with its colours, hover text and the pair gallery it links to (None: diagonal).
+    The label starts with the cell's visible text, so that speech input finds the link by what it shows."""
 
     x: float
     y: float
@@ -62,6 +81,34 @@ class HeatmapCell:
     text: str
     label: str
     href: str | None
+
+
+@dataclass(frozen=True)
+class Tick:
+    """A tick's position along its axis and its text."""
+
+    at: float
+    text: str
+
+
+@dataclass(frozen=True)
+class LegendStop:
+    """A stop of the legend's gradient: offset in [0, 1] along it and its colour."""
+
+    offset: float
+    colour: str
+
+
+@dataclass(frozen=True)
+class Legend:
+    """The colour scale under the matrix: a gradient bar from a = 0 to a = 1 with ticks."""
+
+    x: float
+    y: float
+    width: float
+    height: int
+    stops: list[LegendStop]
+    ticks: list[Tick]
 
 
 @dataclass(frozen=True)
@@ -74,43 +121,54 @@ class Heatmap:
     rows: list[AxisLabel]
     columns: list[AxisLabel]
     cells: list[HeatmapCell]
+    legend: Legend
+
+
+def shown_name(name: str) -> str:
+    """A classifier's name as the axes show it: at most MAX_NAME_CHARS characters."""
+    return name if len(name) <= MAX_NAME_CHARS else name[: MAX_NAME_CHARS - 1] + "…"
 
 
 def accuracy_heatmap(
     names: Sequence[str], accuracy: Sequence[Sequence[float]], labelled: Sequence[Sequence[int]], hrefs
 ) -> Heatmap:
     """Row i, column j shows a_ij (brighter = higher, as in paper Fig. 3); the diagonal is blank;
-    `hrefs(i, j)` is the gallery of pair (i, j)."""
+    `hrefs(i, j)` is the gallery of pair (i, j). Column names slant up at 45°: the top margin and the
+    right edge make room for the longest one and the last one, and the colour scale sits below."""
     m = len(names)
-    margin = round(min(max((len(name) for name in names), default=4), MAX_NAME_CHARS) * CHAR_WIDTH) + 20
+    widths = [len(shown_name(name)) * CHAR_WIDTH for name in names]
+    left = max(widths, default=4 * CHAR_WIDTH) + 20
+    top = round(max(widths, default=0) * SLANT) + 16
     cells = []
     for i in range(m):
         for j in range(m):
-            x, y = margin + j * CELL, margin + i * CELL
+            x, y = left + j * CELL, top + i * CELL
             if i == j:
-                cells.append(HeatmapCell(x, y, "#eef1f4", "#57606a", "", f"{names[i]}", None))
+                cells.append(HeatmapCell(x, y, "#eef1f4", "#57606a", "", names[i], None))
                 continue
             rgb = viridis(accuracy[i][j])
-            cells.append(
-                HeatmapCell(
-                    x,
-                    y,
-                    f"rgb{rgb}",
-                    text_colour(rgb),
-                    f"{accuracy[i][j]:.2f}",
-                    f"{names[i]} on the images selected with {names[j]}: a = {accuracy[i][j]:.3f} "
-                    f"({labelled[i][j]} labelled)",
-                    hrefs(i, j),
-                )
-            )
-    centres = [margin + index * CELL + CELL / 2 for index in range(m)]
+            text = f"{accuracy[i][j]:.2f}"
+            label = f"{text}: {names[i]} on the images selected with {names[j]}, {labelled[i][j]} labelled"
+            cells.append(HeatmapCell(x, y, f"rgb{rgb}", text_colour(rgb), text, label, hrefs(i, j)))
+    centres = [index * CELL + CELL / 2 for index in range(m)]
+    right = max([left + m * CELL, *(left + c + w * SLANT + 8 for c, w in zip(centres, widths, strict=True))])
+    legend_y = top + m * CELL + LEGEND_GAP
+    legend = Legend(
+        x=left,
+        y=legend_y,
+        width=max(m * CELL, 4 * CELL),
+        height=LEGEND_HEIGHT,
+        stops=[LegendStop(offset, "rgb" + str(rgb)) for offset, rgb in VIRIDIS],
+        ticks=[Tick(left + value * max(m * CELL, 4 * CELL), f"{value:g}") for value in (0, 0.5, 1)],
+    )
     return Heatmap(
-        width=margin + m * CELL + 4,
-        height=margin + m * CELL + 4,
+        width=round(max(right, legend.x + legend.width + 8)),
+        height=legend_y + LEGEND_HEIGHT + 22,
         cell=CELL,
-        rows=[AxisLabel(name, margin - 8, centre) for name, centre in zip(names, centres, strict=True)],
-        columns=[AxisLabel(name, centre, margin - 8) for name, centre in zip(names, centres, strict=True)],
+        rows=[AxisLabel(shown_name(n), left - 8, top + c) for n, c in zip(names, centres, strict=True)],
+        columns=[AxisLabel(shown_name(n), left + c, top - 8) for n, c in zip(names, centres, strict=True)],
         cells=cells,
+        legend=legend,
     )
 
 
@@ -132,14 +190,6 @@ class DrawnSeries:
     dash: str
     runs: list[str]
     dots: list[tuple[float, float]]
-
-
-@dataclass(frozen=True)
-class Tick:
-    """A tick's position along its axis and its text."""
-
-    at: float
-    text: str
 
 
 @dataclass(frozen=True)

@@ -24,13 +24,13 @@ from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session, aliased, sessionmaker
 
 from app.classifiers.models import Classifier
-from app.classifiers.service import list_classifiers
+from app.classifiers.service import list_classifiers, readable_predictions
 from app.competitions.models import Competition
 from app.images.models import CompetitionImage, Image
-from app.jobs.service import competition_image_count
+from app.images.service import competition_image_count
 from app.labelling.models import PairImage, PairSubset, Question, Vote
-from app.labelling.service import question_of_pair_image
-from app.leaderboard.service import readable_predictions
+from app.labelling.results import QUESTION_A, QUESTION_B, with_pair_questions
+from app.leaderboard.csv_cells import neutralised_batch
 from app.settings import Settings
 from app.users.models import User
 
@@ -208,36 +208,41 @@ SUBSETS_SCHEMA = pa.schema(
         ("prob_b", pa.float64()),
         ("outcome_a", pa.bool_()),
         ("outcome_b", pa.bool_()),
+        ("image_source_uri", pa.string()),
+        ("image_source_url", pa.string()),
+        ("image_license", pa.string()),
+        ("image_author", pa.string()),
     ]
 )
 
 
 def _subsets_batches(source: ExportSource, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """Every pair's images in selection order (selected, reserve, discarded) with both predictions, their
-    decided outcomes (does the image contain label_a / label_b; null while open) and when the pair was
-    selected (the ranking history counts a pair image from the later of its decisions and its selection)."""
+    decided outcomes (does the image contain label_a / label_b; null while open), when the pair was
+    selected (the ranking history counts a pair image from the later of its decisions and its selection)
+    and the image's provenance (where it was imported from; source page, license and author)."""
     classifier_a, classifier_b = aliased(Classifier), aliased(Classifier)
-    question_a, question_b = aliased(Question), aliased(Question)
 
     def query(session: Session, after: tuple | None) -> list:
         statement = (
-            select(
-                PairImage,
-                PairSubset.classifier_a_id,
-                classifier_a.name,
-                PairSubset.classifier_b_id,
-                classifier_b.name,
-                PairSubset.created_at,
-                Image.sha256,
-                question_a.outcome,
-                question_b.outcome,
+            with_pair_questions(
+                select(
+                    PairImage,
+                    PairSubset.classifier_a_id,
+                    classifier_a.name,
+                    PairSubset.classifier_b_id,
+                    classifier_b.name,
+                    PairSubset.created_at,
+                    Image,
+                    QUESTION_A.outcome,
+                    QUESTION_B.outcome,
+                )
+                .join(PairSubset, PairSubset.id == PairImage.subset_id)
+                .join(classifier_a, classifier_a.id == PairSubset.classifier_a_id)
+                .join(classifier_b, classifier_b.id == PairSubset.classifier_b_id)
+                .join(Image, Image.id == PairImage.image_id),
+                decided=False,
             )
-            .join(PairSubset, PairSubset.id == PairImage.subset_id)
-            .join(classifier_a, classifier_a.id == PairSubset.classifier_a_id)
-            .join(classifier_b, classifier_b.id == PairSubset.classifier_b_id)
-            .join(Image, Image.id == PairImage.image_id)
-            .outerjoin(question_a, question_of_pair_image(question_a, PairImage.label_a))
-            .outerjoin(question_b, question_of_pair_image(question_b, PairImage.label_b))
             .where(PairSubset.competition_id == source.competition.id)
             .order_by(PairImage.subset_id, PairImage.position)
             .limit(BATCH_ROWS)
@@ -247,7 +252,7 @@ def _subsets_batches(source: ExportSource, schema: pa.Schema) -> Iterator[pa.Rec
         return session.execute(statement).all()
 
     def row(result, competition: Competition) -> tuple[tuple, dict]:
-        pair_image, a_id, a_name, b_id, b_name, subset_created_at, sha256, outcome_a, outcome_b = result
+        pair_image, a_id, a_name, b_id, b_name, subset_created_at, image, outcome_a, outcome_b = result
         keys = competition.class_keys
         return (pair_image.subset_id, pair_image.position), {
             "classifier_a_id": a_id,
@@ -257,7 +262,7 @@ def _subsets_batches(source: ExportSource, schema: pa.Schema) -> Iterator[pa.Rec
             "subset_created_at": subset_created_at,
             "position": pair_image.position,
             "role": pair_image.role.value,
-            "image_sha256": sha256,
+            "image_sha256": image.sha256,
             "distance": pair_image.distance,
             "label_a": pair_image.label_a,
             "label_a_key": str(keys[pair_image.label_a]),
@@ -267,6 +272,10 @@ def _subsets_batches(source: ExportSource, schema: pa.Schema) -> Iterator[pa.Rec
             "prob_b": pair_image.prob_b,
             "outcome_a": outcome_a,
             "outcome_b": outcome_b,
+            "image_source_uri": image.source_uri,
+            "image_source_url": image.source_url,
+            "image_license": image.license,
+            "image_author": image.author,
         }
 
     return _rows_in_batches(source, schema, query, row)
@@ -357,13 +366,14 @@ def encode(table: ExportTable, source: ExportSource, export_format: ExportFormat
 
 
 def _csv(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> Iterator[bytes]:
-    """A header, then each batch's rows (empty field = null; booleans true/false; times in UTC)."""
+    """A header, then each batch's rows (empty field = null; booleans true/false; times in UTC; text that a
+    spreadsheet would run as a formula starts with an apostrophe)."""
     buffer = io.BytesIO()
     pa_csv.write_csv(pa.Table.from_batches([], schema=schema), buffer)
     yield buffer.getvalue()
     for batch in batches:
         buffer = io.BytesIO()
-        pa_csv.write_csv(batch, buffer, pa_csv.WriteOptions(include_header=False))
+        pa_csv.write_csv(neutralised_batch(batch), buffer, pa_csv.WriteOptions(include_header=False))
         yield buffer.getvalue()
 
 

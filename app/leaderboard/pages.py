@@ -10,12 +10,17 @@ from fastapi.responses import HTMLResponse
 from app.classifiers.service import get_classifier
 from app.competitions.models import Competition
 from app.competitions.service import get_competition
-from app.db import SessionDep
+from app.db.session import SessionDep
 from app.errors import NotFound
-from app.leaderboard import charts, service, snapshots
-from app.leaderboard.schemas import HistoryRead, LeaderboardRead, SnapshotRead
+from app.leaderboard import charts, snapshots
+from app.leaderboard.classifier_analysis import classifier_analysis
+from app.leaderboard.gallery import pair_gallery
+from app.leaderboard.history import ranking_history
+from app.leaderboard.schemas import HistoryRead, LeaderboardRead, PairWithoutLabels, SnapshotRead
+from app.leaderboard.standings import compute_leaderboard
 from app.users.auth import OptionalUser
 from app.users.models import Role
+from app.web.dependencies import CompetitionDep, SettingsDep
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
@@ -56,6 +61,29 @@ def _history_chart(history: HistoryRead) -> charts.LineChart | None:
     return charts.line_chart(series, (1, m), range(1, m + 1), descending=True)
 
 
+def annotators_needed_text(count: int) -> str:
+    """'1 more annotator needed', '2 more annotators needed'."""
+    return f"{count} more annotator{'' if count == 1 else 's'} needed"
+
+
+def _waiting_text(pair: PairWithoutLabels) -> str:
+    """What a pair without labels waits for, in words."""
+    if not pair.selected:
+        return "its images are not selected yet (a worker's job)"
+    if pair.annotators_needed is None:
+        return "no image to ask about: the two never disagree confidently"
+    return annotators_needed_text(pair.annotators_needed)
+
+
+def decided_by_text(panel_size: int | None) -> str:
+    """How a question is decided, in words: 'one answer decides a question (a panel of 1)'."""
+    if panel_size is None:
+        return ""
+    if panel_size == 1:
+        return "one answer decides a question (a panel of 1)"
+    return f"a question is decided once {panel_size // 2 + 1} of a panel of {panel_size} annotators agree"
+
+
 def _leaderboard_page(
     request: Request,
     user,
@@ -68,12 +96,14 @@ def _leaderboard_page(
     """Render the leaderboard page, live (with its history) or frozen (a snapshot)."""
     names = {standing.classifier_id: standing.name for standing in board.classifiers}
     ids = board.matrices.classifier_ids
+    waiting = {(p.classifier_a_id, p.classifier_b_id): _waiting_text(p) for p in board.pairs_without_labels}
     pairs = [
         (
             names[ids[i]],
             names[ids[j]],
             board.matrices.labelled[i][j],
             _gallery_href(competition.id, ids[i], ids[j]),
+            waiting.get((ids[i], ids[j]), ""),
         )
         for i in range(len(ids))
         for j in range(i + 1, len(ids))
@@ -88,6 +118,7 @@ def _leaderboard_page(
         by_rank=sorted(board.classifiers, key=lambda standing: (standing.mad_rank, standing.classifier_id)),
         names=names,
         pairs=pairs,
+        decided_by=decided_by_text(board.panel_size),
         heatmap=_heatmap(board),
         history_chart=None if history is None else _history_chart(history),
         snapshot=snapshot,
@@ -96,15 +127,16 @@ def _leaderboard_page(
 
 
 @router.get("/competitions/{competition_id}/leaderboard", response_class=HTMLResponse)
-def leaderboard_page(competition_id: int, request: Request, db_session: SessionDep, user: OptionalUser):
+def leaderboard_page(
+    request: Request, db_session: SessionDep, user: OptionalUser, competition: CompetitionDep
+):
     """The live leaderboard: Table 1, the heatmap of A, case shares, history, galleries, snapshots."""
-    competition = get_competition(db_session=db_session, competition_id=competition_id)
     return _leaderboard_page(
         request,
         user,
         competition,
-        service.compute_leaderboard(db_session=db_session, competition=competition),
-        service.ranking_history(db_session=db_session, competition=competition),
+        compute_leaderboard(db_session=db_session, competition=competition),
+        ranking_history(db_session=db_session, competition=competition),
         None,
         [
             snapshots.snapshot_read(s)
@@ -123,30 +155,38 @@ def snapshot_page(slug: str, request: Request, db_session: SessionDep, user: Opt
 
 @router.get("/competitions/{competition_id}/pairs/{a_id}/{b_id}", response_class=HTMLResponse)
 def gallery_page(
-    competition_id: int, a_id: int, b_id: int, request: Request, db_session: SessionDep, user: OptionalUser
+    a_id: int,
+    b_id: int,
+    request: Request,
+    db_session: SessionDep,
+    user: OptionalUser,
+    competition: CompetitionDep,
 ):
     """A pair's selected images with both predictions, right or wrong once decided (paper Fig. 1c)."""
-    competition = get_competition(db_session=db_session, competition_id=competition_id)
-    gallery = service.pair_gallery(db_session=db_session, competition=competition, a_id=a_id, b_id=b_id)
+    gallery = pair_gallery(db_session=db_session, competition=competition, a_id=a_id, b_id=b_id)
     return render(request, "gallery.html", user=user, competition=competition, gallery=gallery)
 
 
 @router.get("/competitions/{competition_id}/classifiers/{classifier_id}", response_class=HTMLResponse)
 def classifier_page(
-    competition_id: int, classifier_id: int, request: Request, db_session: SessionDep, user: OptionalUser
+    classifier_id: int,
+    request: Request,
+    db_session: SessionDep,
+    settings: SettingsDep,
+    user: OptionalUser,
+    competition: CompetitionDep,
 ):
     """Where a classifier fails: worst classes and superclasses, perplexing images, stability versus k."""
-    competition = get_competition(db_session=db_session, competition_id=competition_id)
     classifier = get_classifier(db_session=db_session, classifier_id=classifier_id)
     if classifier.competition_id != competition.id:
         raise NotFound(f"classifier {classifier_id} is not in competition {competition.name!r}")
-    analysis = service.classifier_analysis(
+    analysis = classifier_analysis(
         db_session=db_session,
-        settings=request.app.state.settings,
+        settings=settings,
         competition=competition,
         classifier=classifier,
     )
-    board = service.compute_leaderboard(db_session=db_session, competition=competition)
+    board = compute_leaderboard(db_session=db_session, competition=competition)
     stability = analysis.stability
     return render(
         request,

@@ -16,11 +16,14 @@ from fastapi.responses import Response, StreamingResponse
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.classifiers.service import get_classifier
-from app.competitions.models import Competition
 from app.competitions.service import get_competition
-from app.db import SessionDep, through_database_gate
+from app.db.session import SessionDep, through_database_gate
 from app.errors import InvalidInput
-from app.leaderboard import exports, service, snapshots
+from app.leaderboard import exports, snapshots
+from app.leaderboard.classifier_analysis import classifier_analysis
+from app.leaderboard.csv_cells import neutralised
+from app.leaderboard.gallery import pair_gallery
+from app.leaderboard.history import ranking_history
 from app.leaderboard.schemas import (
     ClassifierAnalysisRead,
     ClassifierStanding,
@@ -31,7 +34,10 @@ from app.leaderboard.schemas import (
     SnapshotRead,
     SnapshotWithLeaderboard,
 )
+from app.leaderboard.standings import compute_leaderboard
 from app.users.auth import AdminUser
+from app.web.dependencies import CompetitionDep, SettingsDep
+from app.web.errors import error_responses
 
 router = APIRouter(prefix="/api/v1", tags=["leaderboard"])
 
@@ -132,12 +138,13 @@ CSV_TABLES = {
 
 
 def leaderboard_csv(leaderboard: LeaderboardRead, table: CsvTable) -> str:
-    """One table of the leaderboard as CSV with a header (empty field = null)."""
+    """One table of the leaderboard as CSV with a header (empty field = null; text a spreadsheet would run
+    as a formula starts with an apostrophe)."""
     columns, rows = CSV_TABLES[table]
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
-    writer.writerows(rows(leaderboard))
+    writer.writerows({key: neutralised(value) for key, value in row.items()} for row in rows(leaderboard))
     return buffer.getvalue()
 
 
@@ -151,12 +158,12 @@ def _wants_csv(request: Request, requested: str | None) -> bool:
 @router.get(
     "/competitions/{competition_id}/leaderboard",
     summary="The leaderboard (JSON or CSV)",
-    responses={200: {"content": {"text/csv": {}}}},
+    responses={200: {"content": {"text/csv": {}}}} | error_responses(404, 409, 422),
 )
 def read_leaderboard(
-    competition_id: int,
     request: Request,
     db_session: SessionDep,
+    competition: CompetitionDep,
     format: Annotated[Literal["json", "csv"] | None, Query(description="json (default) or csv")] = None,
     table: Annotated[
         CsvTable | None,
@@ -179,8 +186,7 @@ def read_leaderboard(
     wants_csv = _wants_csv(request, format)
     if table is not None and not wants_csv:
         raise InvalidInput("table= chooses a CSV table: add format=csv (the JSON holds every table)")
-    competition = get_competition(db_session=db_session, competition_id=competition_id)
-    leaderboard = service.compute_leaderboard(db_session=db_session, competition=competition)
+    leaderboard = compute_leaderboard(db_session=db_session, competition=competition)
     if wants_csv:
         table = table or "classifiers"
         return Response(
@@ -191,33 +197,45 @@ def read_leaderboard(
     return leaderboard
 
 
-@router.get("/competitions/{competition_id}/leaderboard/history", summary="How the ranking formed")
-def read_history(competition_id: int, db_session: SessionDep) -> HistoryRead:
+@router.get(
+    "/competitions/{competition_id}/leaderboard/history",
+    summary="How the ranking formed",
+    responses=error_responses(404, 409, 422),
+)
+def read_history(db_session: SessionDep, competition: CompetitionDep) -> HistoryRead:
     """Perron ranks after up to 24 evenly spaced numbers of labelled pair images, replaying today's labels
     in the order their questions were decided; classifiers take part from their registration."""
-    competition = get_competition(db_session=db_session, competition_id=competition_id)
-    return service.ranking_history(db_session=db_session, competition=competition)
+    return ranking_history(db_session=db_session, competition=competition)
 
 
-@router.get("/competitions/{competition_id}/pairs/{a_id}/{b_id}", summary="A pair's selected images")
-def read_pair_gallery(competition_id: int, a_id: int, b_id: int, db_session: SessionDep) -> PairGalleryRead:
+@router.get(
+    "/competitions/{competition_id}/pairs/{a_id}/{b_id}",
+    summary="A pair's selected images",
+    responses=error_responses(404, 422),
+)
+def read_pair_gallery(
+    a_id: int, b_id: int, db_session: SessionDep, competition: CompetitionDep
+) -> PairGalleryRead:
     """The images selected for classifiers a and b (either order; a is returned as the lower id) with both
     predictions, marked right or wrong once decided, and the images discarded as too difficult."""
-    competition = get_competition(db_session=db_session, competition_id=competition_id)
-    return service.pair_gallery(db_session=db_session, competition=competition, a_id=a_id, b_id=b_id)
+    return pair_gallery(db_session=db_session, competition=competition, a_id=a_id, b_id=b_id)
 
 
-@router.get("/classifiers/{classifier_id}/analysis", summary="Where a classifier fails")
+@router.get(
+    "/classifiers/{classifier_id}/analysis",
+    summary="Where a classifier fails",
+    responses=error_responses(404, 409, 422),
+)
 def read_classifier_analysis(
-    classifier_id: int, request: Request, db_session: SessionDep
+    classifier_id: int, db_session: SessionDep, settings: SettingsDep
 ) -> ClassifierAnalysisRead:
     """Its worst classes and superclasses by precision on MAD labels, its pair images with the highest
     C-perplexity (with X-perplexity), and the stability of the ranking versus k (paper Fig. 5)."""
     classifier = get_classifier(db_session=db_session, classifier_id=classifier_id)
     competition = get_competition(db_session=db_session, competition_id=classifier.competition_id)
-    return service.classifier_analysis(
+    return classifier_analysis(
         db_session=db_session,
-        settings=request.app.state.settings,
+        settings=settings,
         competition=competition,
         classifier=classifier,
     )
@@ -227,128 +245,96 @@ def read_classifier_analysis(
     "/competitions/{competition_id}/snapshots",
     status_code=status.HTTP_201_CREATED,
     summary="Freeze the leaderboard (admin)",
+    responses=error_responses(401, 403, 404, 409, 422),
 )
 def create_snapshot(
-    competition_id: int, body: SnapshotCreate, db_session: SessionDep, admin: AdminUser
+    body: SnapshotCreate, db_session: SessionDep, admin: AdminUser, competition: CompetitionDep
 ) -> SnapshotRead:
     """Store the leaderboard as it is now; it is served unchanged at its permalink /leaderboards/{slug}."""
-    competition = get_competition(db_session=db_session, competition_id=competition_id)
     snapshot = snapshots.freeze_leaderboard(
         db_session=db_session, competition=competition, note=body.note, user=admin
     )
     return snapshots.snapshot_read(snapshot)
 
 
-@router.get("/competitions/{competition_id}/snapshots", summary="List frozen leaderboards")
-def list_snapshots(competition_id: int, db_session: SessionDep) -> list[SnapshotRead]:
+@router.get(
+    "/competitions/{competition_id}/snapshots",
+    summary="List frozen leaderboards",
+    responses=error_responses(404, 422),
+)
+def list_snapshots(db_session: SessionDep, competition: CompetitionDep) -> list[SnapshotRead]:
     """A competition's snapshots, newest first, with their permalinks."""
-    get_competition(db_session=db_session, competition_id=competition_id)
     return [
         snapshots.snapshot_read(snapshot)
-        for snapshot in snapshots.list_snapshots(db_session=db_session, competition_id=competition_id)
+        for snapshot in snapshots.list_snapshots(db_session=db_session, competition_id=competition.id)
     ]
 
 
-@router.get("/leaderboards/{slug}", summary="A frozen leaderboard")
+@router.get("/leaderboards/{slug}", summary="A frozen leaderboard", responses=error_responses(404, 422))
 def read_snapshot(slug: str, db_session: SessionDep) -> SnapshotWithLeaderboard:
     """The snapshot with the leaderboard exactly as it was frozen."""
     return snapshots.snapshot_with_leaderboard(snapshots.get_snapshot(db_session=db_session, slug=slug))
 
 
-def _export(
-    table: str, competition: Competition, request: Request, sessions: sessionmaker, export_format: str
-) -> StreamingResponse:
-    """Stream one export table of the competition in the format."""
-    source = exports.ExportSource(sessions, competition, request.app.state.settings)
-    return StreamingResponse(
-        through_database_gate(request, exports.encode(exports.TABLES[table], source, export_format)),
-        media_type=exports.MEDIA_TYPES[export_format],
-        headers={"Content-Disposition": f'attachment; filename="{competition.name}-{table}.{export_format}"'},
+EXPORT_RESPONSES = {200: {"content": {media_type: {} for media_type in exports.MEDIA_TYPES.values()}}}
+FormatQuery = Annotated[exports.ExportFormat, Query(description=FORMAT_DESCRIPTION)]
+EXPORTS = {
+    "subsets": (
+        "Export pair subsets with predictions and outcomes (admin)",
+        """Every pair's images in selection order with role (selected, reserve, discarded), both predictions,
+the decided outcomes of both questions and when the pair was selected: with the classifiers list and
+the competition (smoothing, k), enough to recompute the leaderboard (a pair's labels: its selected
+rows with both outcomes known), and with the questions export's decision times, its history.""",
+    ),
+    "predictions": (
+        "Export prediction summaries (admin)",
+        """Per classifier and image with a prediction: top-1 label index, its probability and the softmax
+entropy in bits (C-perplexity of an image = 2^mean entropy). A classifier whose new images are still
+being predicted (a shard missing in the middle) is left out until its shards are complete.""",
+    ),
+    "votes": (
+        "Export votes (admin)",
+        """Every vote with its question, annotator id, answer, seconds and time; `counted` says whether it
+counts towards the majority (not a gold question, annotator's votes not excluded).""",
+    ),
+    "questions": (
+        "Export questions (admin)",
+        """Every question (image, class) with its outcome (null while open), decision time, gold answer and
+counted yes/no votes.""",
+    ),
+}
+"""Each export table: the summary and description of its endpoint."""
+
+
+def _add_export_endpoint(table: str, summary: str, description: str) -> None:
+    """GET /competitions/{competition_id}/exports/{table} (admin): the table streamed in the format asked."""
+
+    def export(
+        request: Request,
+        sessions: ExportSessions,
+        settings: SettingsDep,
+        _admin: AdminUser,
+        competition: CompetitionDep,
+        format: FormatQuery = "csv",
+    ) -> StreamingResponse:
+        source = exports.ExportSource(sessions, competition, settings)
+        return StreamingResponse(
+            through_database_gate(request, exports.encode(exports.TABLES[table], source, format)),
+            media_type=exports.MEDIA_TYPES[format],
+            headers={"Content-Disposition": f'attachment; filename="{competition.name}-{table}.{format}"'},
+        )
+
+    router.add_api_route(
+        f"/competitions/{{competition_id}}/exports/{table}",
+        export,
+        methods=["GET"],
+        name=f"export_{table}",
+        response_class=StreamingResponse,
+        responses=EXPORT_RESPONSES | error_responses(401, 403, 404, 422),
+        summary=summary,
+        description=description,
     )
 
 
-EXPORT_RESPONSES = {200: {"content": {media_type: {} for media_type in exports.MEDIA_TYPES.values()}}}
-FormatQuery = Annotated[exports.ExportFormat, Query(description=FORMAT_DESCRIPTION)]
-
-
-@router.get(
-    "/competitions/{competition_id}/exports/subsets",
-    response_class=StreamingResponse,
-    responses=EXPORT_RESPONSES,
-    summary="Export pair subsets with predictions and outcomes (admin)",
-)
-def export_subsets(
-    competition_id: int,
-    request: Request,
-    db_session: SessionDep,
-    sessions: ExportSessions,
-    _admin: AdminUser,
-    format: FormatQuery = "csv",
-):
-    """Every pair's images in selection order with role (selected, reserve, discarded), both predictions,
-    the decided outcomes of both questions and when the pair was selected: with the classifiers list and
-    the competition (smoothing, k), enough to recompute the leaderboard (a pair's labels: its selected
-    rows with both outcomes known), and with the questions export's decision times, its history."""
-    competition = get_competition(db_session=db_session, competition_id=competition_id)
-    return _export("subsets", competition, request, sessions, format)
-
-
-@router.get(
-    "/competitions/{competition_id}/exports/predictions",
-    response_class=StreamingResponse,
-    responses=EXPORT_RESPONSES,
-    summary="Export prediction summaries (admin)",
-)
-def export_predictions(
-    competition_id: int,
-    request: Request,
-    db_session: SessionDep,
-    sessions: ExportSessions,
-    _admin: AdminUser,
-    format: FormatQuery = "csv",
-):
-    """Per classifier and image with a prediction: top-1 label index, its probability and the softmax
-    entropy in bits (C-perplexity of an image = 2^mean entropy). A classifier whose new images are still
-    being predicted (a shard missing in the middle) is left out until its shards are complete."""
-    competition = get_competition(db_session=db_session, competition_id=competition_id)
-    return _export("predictions", competition, request, sessions, format)
-
-
-@router.get(
-    "/competitions/{competition_id}/exports/votes",
-    response_class=StreamingResponse,
-    responses=EXPORT_RESPONSES,
-    summary="Export votes (admin)",
-)
-def export_votes(
-    competition_id: int,
-    request: Request,
-    db_session: SessionDep,
-    sessions: ExportSessions,
-    _admin: AdminUser,
-    format: FormatQuery = "csv",
-):
-    """Every vote with its question, annotator id, answer, seconds and time; `counted` says whether it
-    counts towards the majority (not a gold question, annotator's votes not excluded)."""
-    competition = get_competition(db_session=db_session, competition_id=competition_id)
-    return _export("votes", competition, request, sessions, format)
-
-
-@router.get(
-    "/competitions/{competition_id}/exports/questions",
-    response_class=StreamingResponse,
-    responses=EXPORT_RESPONSES,
-    summary="Export questions (admin)",
-)
-def export_questions(
-    competition_id: int,
-    request: Request,
-    db_session: SessionDep,
-    sessions: ExportSessions,
-    _admin: AdminUser,
-    format: FormatQuery = "csv",
-):
-    """Every question (image, class) with its outcome (null while open), decision time, gold answer and
-    counted yes/no votes."""
-    competition = get_competition(db_session=db_session, competition_id=competition_id)
-    return _export("questions", competition, request, sessions, format)
+for _table, (_summary, _description) in EXPORTS.items():
+    _add_export_endpoint(_table, _summary, _description)

@@ -4,7 +4,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.classifiers.models import ClassifierStatus
+from app.classifiers.enums import ClassifierStatus
 
 
 class BootstrapSettings(BaseModel):
@@ -22,7 +22,10 @@ class ClassifierStanding(BaseModel):
     name: str
     status: ClassifierStatus
     mad_score: float = Field(description="Perron score r_i (Eq. 5); the scores sum to 1.")
-    mad_rank: int = Field(description="1 = best; tied scores share the better rank.")
+    mad_rank: int = Field(
+        description="1 = best; scores equal to 6 decimals share the better rank; classifiers without any "
+        "labelled image come last (their interval spans every rank)."
+    )
     score_low: float
     score_high: float
     rank_low: int = Field(description="Best rank of the bootstrap interval.")
@@ -37,9 +40,12 @@ class ClassifierStanding(BaseModel):
     labelled_images: int = Field(description="Labelled images over all its pairs (an image per pair).")
     fewest_labelled_in_a_pair: int
     reported_accuracy: float | None = Field(description="Reported top-1 accuracy, % (ImageNet in the paper).")
-    accuracy_rank: int | None = Field(description="Rank by reported accuracy among those that report one.")
+    accuracy_rank: int | None = Field(
+        description="Rank by reported accuracy among those that report one and have labelled images."
+    )
     mad_rank_among_reported: int | None = Field(
-        description="MAD rank among the classifiers that report an accuracy (the rank Δrank compares)."
+        description="MAD rank among the classifiers that report an accuracy and have labelled images (the "
+        "rank Δrank compares)."
     )
     delta_rank: int | None = Field(description="Δrank = accuracy rank − MAD rank (paper Table 1).")
 
@@ -71,6 +77,18 @@ class MatricesRead(BaseModel):
     labelled: list[list[int]] = Field(description="n_ij: labelled images of pair (i, j).")
 
 
+class PairWithoutLabels(BaseModel):
+    """A pair of ranked classifiers with no labelled image yet, and what it waits for."""
+
+    classifier_a_id: int
+    classifier_b_id: int
+    selected: bool = Field(description="Whether the pair's images are selected yet (a worker's select job).")
+    annotators_needed: int | None = Field(
+        description="More annotators who must answer before the pair's first image is labelled (a question "
+        "needs a strict majority of the panel); null before the selection, or when it found no image."
+    )
+
+
 class LeaderboardRead(BaseModel):
     """The MAD ranking of a competition from its decided questions, with uncertainty and comparisons."""
 
@@ -85,7 +103,17 @@ class LeaderboardRead(BaseModel):
     consistency_index: float | None = Field(description="Saaty's CI = (λmax − m) / (m − 1).")
     srcc: float | None = Field(description="Spearman ρ between MAD rank and accuracy rank.")
     krcc: float | None = Field(description="Kendall τ-b between MAD rank and accuracy rank.")
-    correlated_classifiers: int = Field(description="Classifiers that report an accuracy (SRCC, KRCC).")
+    correlated_classifiers: int = Field(
+        description="Classifiers that report an accuracy and have labelled images (SRCC, KRCC)."
+    )
+    panel_size: int | None = Field(
+        default=None,
+        description="Annotators per question; a strict majority decides (null in snapshots frozen before "
+        "it was recorded).",
+    )
+    pairs_without_labels: list[PairWithoutLabels] = Field(
+        default_factory=list, description="Pairs of ranked classifiers with no labelled image yet."
+    )
     case_shares: CaseSharesRead
     matrices: MatricesRead
 

@@ -4,11 +4,11 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.competitions.models import Competition
+from app.competitions.service import lock_competition
 from app.errors import NotFound
-from app.jobs.service import lock_competition
 from app.leaderboard.models import LeaderboardSnapshot
 from app.leaderboard.schemas import LeaderboardRead, SnapshotRead, SnapshotWithLeaderboard
-from app.leaderboard.service import compute_leaderboard
+from app.leaderboard.standings import compute_leaderboard
 from app.users.models import User
 
 

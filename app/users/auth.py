@@ -14,7 +14,7 @@ from fastapi.responses import RedirectResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from app.db import SessionDep
+from app.db.session import SessionDep
 from app.errors import Forbidden, NotAuthenticated
 from app.security import new_csrf_token, same_secret
 from app.users import service
@@ -23,6 +23,8 @@ from app.users.models import Role, User
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 CSRF_HEADER = "X-CSRF-Token"
 CSRF_FIELD = "csrf_token"
+SESSION_GENERATION = "generation"
+"""The session cookie's key for the user's session generation it was issued in (User.session_generation)."""
 
 
 class HasRole(Protocol):
@@ -78,6 +80,7 @@ class Credentials:
 
     token: str | None = None
     session_user_id: int | None = None
+    session_generation: int | None = None
 
 
 async def request_credentials(
@@ -87,7 +90,10 @@ async def request_credentials(
     """The request's credentials, a bearer token first (async: it reads only headers and the cookie)."""
     if bearer is not None:
         return Credentials(token=bearer.credentials)
-    return Credentials(session_user_id=request.session.get("user_id"))
+    return Credentials(
+        session_user_id=request.session.get("user_id"),
+        session_generation=request.session.get(SESSION_GENERATION),
+    )
 
 
 CredentialsDep = Annotated[Credentials, Depends(request_credentials)]
@@ -100,8 +106,9 @@ def identify(
 ) -> Caller | None:
     """The caller that lookup finds for the credentials, or None when anonymous.
 
-    A token that finds no active user is 401. A session cookie whose user is gone or paused is ended
-    (anonymous again); a cookie-authenticated state change needs the X-CSRF-Token header.
+    A token that finds no active user is 401. A session cookie whose user is gone or deactivated,
+    or whose sessions were ended (sign-out, a password change), is cleared (anonymous again); a
+    cookie-authenticated state change needs the X-CSRF-Token header.
     """
     if credentials.token is not None:
         caller = lookup(credentials)
@@ -134,11 +141,14 @@ def optional_user(request: Request, db_session: SessionDep, credentials: Credent
 
 
 def _active_user(db_session: Session, credentials: Credentials) -> User | None:
-    """The active user owning the token, or the session's user if still active."""
+    """The active user owning the token, or the session's user while active and its session not ended."""
     if credentials.token is not None:
         return service.user_for_token(db_session=db_session, token=credentials.token)
-    user = db_session.get(User, credentials.session_user_id)
-    return user if user is not None and user.is_active else None
+    return service.session_user(
+        db_session=db_session,
+        user_id=credentials.session_user_id,
+        session_generation=credentials.session_generation,
+    )
 
 
 OptionalUser = Annotated[User | None, Depends(optional_user)]

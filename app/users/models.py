@@ -3,10 +3,10 @@
 from datetime import datetime
 from enum import StrEnum
 
-from sqlalchemy import ForeignKey, String
+from sqlalchemy import ForeignKey, Index, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import Base, str_enum, utcnow
+from app.db.base import Base, str_enum, utcnow
 
 
 class Role(StrEnum):
@@ -28,6 +28,9 @@ class User(Base):
     password_hash: Mapped[str | None] = mapped_column(String(255))
     is_active: Mapped[bool] = mapped_column(default=True)
     votes_excluded: Mapped[bool] = mapped_column(default=False)
+    session_generation: Mapped[int] = mapped_column(default=0)
+    """Sign-in cookies carry the generation they were issued in; raising it ends every session of the user
+    (sign-out, deactivation, a new password)."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
@@ -42,3 +45,16 @@ class ApiToken(Base):
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_used_at: Mapped[datetime | None]
+
+
+class LoginFailure(Base):
+    """A failed sign-in: from which address, for which username, when. Kept for the rate limit's window
+    only, in the database so that every server process (and a restarted one) counts the same failures."""
+
+    __tablename__ = "login_failures"
+    __table_args__ = (Index("ix_login_failures_address_failed_at", "address", "failed_at"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    address: Mapped[str] = mapped_column(String(64))
+    username: Mapped[str] = mapped_column(String(64))
+    failed_at: Mapped[datetime] = mapped_column(index=True)

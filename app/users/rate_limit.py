@@ -1,69 +1,69 @@
-"""Slowing down password guessing: failed sign-ins are counted per client address and username."""
+"""Slowing down password guessing: failed sign-ins are kept in the database, so that every server process
+(`mad serve --workers 4`) and a restarted one count the same failures. They are counted per address and
+username, and per address across usernames (spraying one password over many names); rows older than the
+window are deleted as new failures come in."""
 
-import threading
-import time
-from collections import OrderedDict, deque
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
-MAX_KEYS = 100_000
-"""Most (address, username) keys tracked at once: a few MB, however many names an attacker sprays."""
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from app.users.models import LoginFailure
+
+MAX_TEXT = 64
+"""Addresses and usernames are stored up to this many characters (a username is at most 64)."""
 
 
-class LoginRateLimiter:
-    """At most `max_failures` failed sign-ins per (address, username) within `window_s` seconds.
+@dataclass(frozen=True)
+class LoginLimits:
+    """At most `per_username` failures per (address, username) and `per_address` per address, within
+    `window_s` seconds."""
 
-    Kept in memory, so each server process counts on its own; a restart forgets the counts. Only keys with
-    a failure inside the window are kept, at most `max_keys` of them: when full, the key whose last failure
-    is oldest is forgotten first.
-    """
+    per_username: int
+    per_address: int
+    window_s: int
 
-    def __init__(self, max_failures: int, window_s: float, max_keys: int = MAX_KEYS):
-        self.max_failures = max_failures
-        self.window_s = window_s
-        self.max_keys = max_keys
-        self._failures: OrderedDict[tuple[str, str], deque[float]] = OrderedDict()
-        """Recent failure times per key (the last max_failures), least recently failed key first."""
-        self._lock = threading.Lock()
 
-    def __len__(self) -> int:
-        """How many keys are tracked now."""
-        return len(self._failures)
+def retry_after(
+    *, db_session: Session, limits: LoginLimits, address: str, username: str, now: datetime
+) -> int:
+    """Seconds until this address may try this username again; 0 when it may try now."""
+    since = now - timedelta(seconds=limits.window_s)
+    recent = select(LoginFailure.failed_at).where(
+        LoginFailure.address == address[:MAX_TEXT], LoginFailure.failed_at > since
+    )
+    waits = [
+        _wait(db_session, recent.where(LoginFailure.username == username[:MAX_TEXT]), limits.per_username),
+        _wait(db_session, recent, limits.per_address),
+    ]
+    blocked = [failed_at for failed_at in waits if failed_at is not None]
+    if not blocked:
+        return 0
+    return max(1, round((max(blocked) + timedelta(seconds=limits.window_s) - now).total_seconds()))
 
-    def retry_after(self, key: tuple[str, str]) -> int:
-        """Seconds until this key may try again; 0 when it may try now."""
-        now = time.monotonic()
-        with self._lock:
-            self._drop_expired(now)
-            failures = self._failures.get(key)
-            if failures is None:
-                return 0
-            while failures[0] <= now - self.window_s:  # the last one is recent: _drop_expired kept it
-                failures.popleft()
-            if len(failures) < self.max_failures:
-                return 0
-            return max(1, round(failures[0] + self.window_s - now))
 
-    def record_failure(self, key: tuple[str, str]) -> None:
-        """Count one failed sign-in, forgetting the least recently failed key when the table is full."""
-        now = time.monotonic()
-        with self._lock:
-            self._drop_expired(now)
-            failures = self._failures.get(key)
-            if failures is None:
-                while len(self._failures) >= self.max_keys:
-                    self._failures.popitem(last=False)
-                failures = self._failures[key] = deque(maxlen=self.max_failures)
-            failures.append(now)
-            self._failures.move_to_end(key)
+def _wait(db_session: Session, recent, limit: int) -> datetime | None:
+    """When the limit-th most recent failure happened, if there are that many in the window (the block
+    lasts until it leaves the window); else None."""
+    times = db_session.scalars(recent.order_by(LoginFailure.failed_at.desc()).limit(limit)).all()
+    return times[-1] if len(times) >= limit else None
 
-    def forget(self, key: tuple[str, str]) -> None:
-        """Clear the count after a successful sign-in."""
-        with self._lock:
-            self._failures.pop(key, None)
 
-    def _drop_expired(self, now: float) -> None:
-        """Forget the keys whose last failure is outside the window (they come first, by last failure)."""
-        while self._failures:
-            key, failures = next(iter(self._failures.items()))
-            if failures[-1] > now - self.window_s:
-                return
-            del self._failures[key]
+def record_failure(
+    *, db_session: Session, limits: LoginLimits, address: str, username: str, now: datetime
+) -> None:
+    """Count one failed sign-in, and forget every failure that has left the window."""
+    db_session.execute(
+        delete(LoginFailure).where(LoginFailure.failed_at <= now - timedelta(seconds=limits.window_s))
+    )
+    db_session.add(LoginFailure(address=address[:MAX_TEXT], username=username[:MAX_TEXT], failed_at=now))
+
+
+def forget(*, db_session: Session, address: str, username: str) -> None:
+    """Clear this address's failures for this username after a successful sign-in."""
+    db_session.execute(
+        delete(LoginFailure).where(
+            LoginFailure.address == address[:MAX_TEXT], LoginFailure.username == username[:MAX_TEXT]
+        )
+    )

@@ -1,29 +1,61 @@
-"""Accounts API: who am I, and (admins) create users, pause them, issue tokens."""
+"""Accounts API: who am I and my password, and (admins) create users, deactivate them, set their passwords,
+issue tokens."""
 
-from fastapi import APIRouter, status
+from fastapi import APIRouter, Request, status
 
-from app.db import SessionDep
-from app.labelling.service import set_votes_excluded
+from app.db.session import SessionDep
+from app.labelling.annotators import deactivate, set_votes_excluded
 from app.users import service
-from app.users.auth import AdminUser, CurrentUser
-from app.users.schemas import TokenCreate, TokenCreated, UserCreate, UserRead, UserUpdate
+from app.users.auth import SESSION_GENERATION, AdminUser, CurrentUser
+from app.users.schemas import (
+    PasswordChange,
+    PasswordSet,
+    TokenCreate,
+    TokenCreated,
+    UserCreate,
+    UserRead,
+    UserUpdate,
+)
+from app.web.errors import error_responses
 
 router = APIRouter(prefix="/api/v1", tags=["users"])
 
 
-@router.get("/me", summary="The signed-in account")
+@router.get("/me", summary="The signed-in account", responses=error_responses(401))
 def read_me(user: CurrentUser) -> UserRead:
     """The account behind the token or session cookie."""
     return UserRead.model_validate(user)
 
 
-@router.get("/users", summary="List accounts (admin)")
+@router.put("/me/password", summary="Change my password", responses=error_responses(401, 403, 422))
+def change_my_password(
+    body: PasswordChange, request: Request, db_session: SessionDep, user: CurrentUser
+) -> UserRead:
+    """Replace the caller's password; 422 when the current password is wrong or the new one is shorter
+    than 8 characters. The account's other sessions end; the browser that changed it stays signed in."""
+    service.change_own_password(
+        db_session=db_session,
+        user=user,
+        current_password=body.current_password,
+        new_password=body.new_password,
+    )
+    if request.session.get("user_id") == user.id:
+        request.session[SESSION_GENERATION] = user.session_generation
+    return UserRead.model_validate(user)
+
+
+@router.get("/users", summary="List accounts (admin)", responses=error_responses(401, 403))
 def list_users(db_session: SessionDep, _admin: AdminUser) -> list[UserRead]:
     """Every account, oldest first."""
     return [UserRead.model_validate(user) for user in service.list_users(db_session=db_session)]
 
 
-@router.post("/users", status_code=status.HTTP_201_CREATED, summary="Create an account (admin)")
+@router.post(
+    "/users",
+    status_code=status.HTTP_201_CREATED,
+    summary="Create an account (admin)",
+    responses=error_responses(401, 403, 409, 422),
+)
 def create_user(body: UserCreate, db_session: SessionDep, _admin: AdminUser) -> UserRead:
     """Add an admin, annotator or worker account; 409 if the username is taken."""
     user = service.create_user(
@@ -32,22 +64,45 @@ def create_user(body: UserCreate, db_session: SessionDep, _admin: AdminUser) -> 
     return UserRead.model_validate(user)
 
 
-@router.patch("/users/{user_id}", summary="Pause, resume or exclude an account's votes (admin)")
+@router.patch(
+    "/users/{user_id}",
+    summary="Deactivate, reactivate or exclude an account's votes (admin)",
+    responses=error_responses(401, 403, 404, 422),
+)
 def update_user(user_id: int, body: UserUpdate, db_session: SessionDep, _admin: AdminUser) -> UserRead:
-    """Set is_active (a paused account cannot sign in or label; its running labelling leases end at once)
-    and votes_excluded (its votes and flags stop counting, or count again, and the questions it answered are
-    decided afresh; an image its flags helped discard stays discarded, its pairs having moved on to reserve
-    images)."""
+    """Set is_active (a deactivated account cannot sign in, label or use its tokens; its running labelling
+    leases end at once) and votes_excluded (its votes and flags stop counting, or count again, and the
+    questions it answered are decided afresh; an image its flags helped discard stays discarded, its pairs
+    having moved on to reserve images). The account's labelling requests in flight finish first: none of its
+    answers lands after."""
     user = service.get_user(db_session=db_session, user_id=user_id)
-    if body.is_active is not None:
-        service.set_active(db_session=db_session, user=user, is_active=body.is_active)
+    if body.is_active is False:
+        deactivate(db_session=db_session, user=user)
+    elif body.is_active:
+        service.set_active(db_session=db_session, user=user, is_active=True)
     if body.votes_excluded is not None:
         set_votes_excluded(db_session=db_session, user=user, votes_excluded=body.votes_excluded)
     return UserRead.model_validate(user)
 
 
+@router.put(
+    "/users/{user_id}/password",
+    summary="Set an account's password (admin)",
+    responses=error_responses(401, 403, 404, 422),
+)
+def set_password(user_id: int, body: PasswordSet, db_session: SessionDep, _admin: AdminUser) -> UserRead:
+    """Give a person's account a new password (8+ characters), e.g. when its owner forgot theirs; 422 for a
+    worker account (workers use tokens)."""
+    user = service.get_user(db_session=db_session, user_id=user_id)
+    service.set_password(db_session=db_session, user=user, password=body.password)
+    return UserRead.model_validate(user)
+
+
 @router.post(
-    "/users/{user_id}/tokens", status_code=status.HTTP_201_CREATED, summary="Issue an API token (admin)"
+    "/users/{user_id}/tokens",
+    status_code=status.HTTP_201_CREATED,
+    summary="Issue an API token (admin)",
+    responses=error_responses(401, 403, 404, 422),
 )
 def create_token(user_id: int, body: TokenCreate, db_session: SessionDep, _admin: AdminUser) -> TokenCreated:
     """A new bearer token for the account; the response is the only time it is shown."""

@@ -24,6 +24,19 @@ class UserUpdate(BaseModel):
     votes_excluded: bool | None = None
 
 
+class PasswordSet(BaseModel):
+    """A new password for an account, set by an admin (tell it to its owner)."""
+
+    password: str = Field(min_length=8, max_length=200)
+
+
+class PasswordChange(BaseModel):
+    """The caller's own new password, with the current one."""
+
+    current_password: str = Field(max_length=200)
+    new_password: str = Field(min_length=8, max_length=200)
+
+
 class UserRead(BaseModel):
     """An account as the API shows it (never its secrets)."""
 

@@ -1,15 +1,15 @@
-"""Accounts and API tokens: create, authenticate, pause."""
+"""Accounts and API tokens: create, sign in, set passwords, deactivate; ending an account's sessions."""
 
 import os
 import socket
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import bindparam, delete, func, select, update
 from sqlalchemy.orm import Session
 
-from app.db import utcnow
+from app.db.base import utcnow
 from app.errors import Conflict, InvalidInput, NotFound
-from app.labelling.service import release_leases
 from app.security import hash_api_token, hash_password, new_api_token, verify_password
 from app.users.models import ApiToken, Role, User
 
@@ -50,12 +50,45 @@ def list_users(*, db_session: Session) -> list[User]:
     return list(db_session.scalars(select(User).order_by(User.id)))
 
 
-def authenticate(*, db_session: Session, username: str, password: str) -> User | None:
-    """The active user with this username and password, else None."""
-    user = db_session.scalar(select(User).where(User.username == username))
-    if user is None or not user.is_active or not verify_password(user.password_hash, password):
+@dataclass(frozen=True)
+class SignInAccount:
+    """What signing in needs of an active account, read before the password is checked (outside the
+    database gate): its id, role, password hash and the generation its session cookie will carry."""
+
+    id: int
+    role: Role
+    password_hash: str | None
+    session_generation: int
+
+
+def sign_in_account(*, db_session: Session, username: str) -> SignInAccount | None:
+    """The active account of this username, else None."""
+    user = db_session.scalar(select(User).where(User.username == username, User.is_active))
+    if user is None:
+        return None
+    return SignInAccount(user.id, user.role, user.password_hash, user.session_generation)
+
+
+def password_matches(account: SignInAccount | None, password: str) -> bool:
+    """Whether the password is the account's; no account costs the same Argon2 work (verify_password)."""
+    return verify_password(account.password_hash if account else None, password)
+
+
+def session_user(*, db_session: Session, user_id: int, session_generation: int | None) -> User | None:
+    """The user of a session cookie, while the account is active and the cookie's generation is current."""
+    user = db_session.get(User, user_id)
+    if user is None or not user.is_active or user.session_generation != session_generation:
         return None
     return user
+
+
+def end_sessions(*, db_session: Session, user: User) -> None:
+    """End every browser session of the user, on every server process: their cookies' generation is no
+    longer the current one."""
+    db_session.execute(
+        update(User).where(User.id == user.id).values(session_generation=User.session_generation + 1)
+    )
+    db_session.refresh(user, ["session_generation"])
 
 
 def create_api_token(*, db_session: Session, user: User, name: str) -> str:
@@ -122,11 +155,33 @@ def local_worker_token(*, db_session: Session) -> str:
     return create_api_token(db_session=db_session, user=user, name=name)
 
 
+def set_password(*, db_session: Session, user: User, password: str) -> User:
+    """Give a person's account a new password of 8+ characters (workers sign in with tokens only); every
+    session of the account ends."""
+    if user.role == Role.worker:
+        raise InvalidInput(f"{user.username} is a worker account: workers use API tokens, not passwords")
+    if len(password) < MIN_PASSWORD_LENGTH:
+        raise InvalidInput(f"a password of at least {MIN_PASSWORD_LENGTH} characters is required")
+    user.password_hash = hash_password(password)
+    end_sessions(db_session=db_session, user=user)
+    db_session.flush()
+    return user
+
+
+def change_own_password(*, db_session: Session, user: User, current_password: str, new_password: str) -> User:
+    """Replace the caller's password after checking the current one (so a borrowed session cannot)."""
+    if not verify_password(user.password_hash, current_password):
+        raise InvalidInput("the current password is wrong")
+    return set_password(db_session=db_session, user=user, password=new_password)
+
+
 def set_active(*, db_session: Session, user: User, is_active: bool) -> User:
-    """Pause (False) or resume (True) an account; a paused account cannot sign in or use its tokens, and
-    its labelling leases end at once so that others take those images."""
+    """Deactivate (False) or reactivate (True) an account; a deactivated one cannot sign in or use its
+    tokens, and its sessions end (reactivating does not bring them back; an annotator is deactivated by
+    app.labelling.annotators.deactivate, which also waits for their answers in flight and ends their
+    leases)."""
     user.is_active = is_active
     if not is_active:
-        release_leases(db_session=db_session, user=user)
+        end_sessions(db_session=db_session, user=user)
     db_session.flush()
     return user

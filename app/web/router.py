@@ -1,15 +1,20 @@
-"""Browser pages: the home page (what to do next) and sign-in/sign-out."""
+"""Browser pages: the home page (what to do next), sign-in/sign-out and one's own account."""
 
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
+from starlette.concurrency import run_in_threadpool
 
 from app.competitions import service as competitions_service
-from app.db import SessionDep
+from app.db.base import utcnow
+from app.db.session import DatabaseStepsDep, SessionDep
+from app.images.service import image_counts
 from app.security import new_csrf_token
+from app.users import rate_limit
 from app.users import service as users_service
-from app.users.auth import OptionalUser, check_csrf
+from app.users.auth import SESSION_GENERATION, OptionalUser, check_csrf, page_user
+from app.users.models import Role
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
@@ -23,51 +28,81 @@ def home(request: Request, db_session: SessionDep, user: OptionalUser):
         "home.html",
         user=user,
         competitions=competitions_service.list_competitions(db_session=db_session),
-        image_counts=competitions_service.image_counts(db_session=db_session),
+        image_counts=image_counts(db_session=db_session),
     )
 
 
 @router.get("/login", response_class=HTMLResponse)
 def login_page(request: Request, user: OptionalUser, next: str = "/"):
     """The sign-in form."""
-    return render(request, "login.html", user=user, next=_safe_next(next), error=None)
+    return render(request, "login.html", user=user, next=_safe_next(next), error=None, username="")
 
 
 @router.post("/login", response_class=HTMLResponse, dependencies=[Depends(check_csrf)])
-def login(
+async def login(
     request: Request,
-    db_session: SessionDep,
+    steps: DatabaseStepsDep,
     username: Annotated[str, Form()],
     password: Annotated[str, Form()],
     next: Annotated[str, Form()] = "/",
 ):
-    """Check the password, start a session and go to `next`; a wrong password re-shows the form (401).
+    """Check the password, start a session and go to `next` (an admin without one goes to /admin); a wrong
+    password re-shows the form (401) with the username kept.
 
-    After too many failures for one address and username the form answers 429 until the window passes.
+    After too many failures from one address, for one username or for all, the form answers 429 until the
+    window passes. The database is used in short steps: the Argon2 check between them holds no connection
+    (and waits at its own gate, PASSWORD_CHECKS_AT_ONCE per process), and an unknown username costs the
+    same Argon2 work as a known one.
     """
-    limiter = request.app.state.login_limiter
-    key = (request.client.host if request.client else "", username)
-    wait_s = limiter.retry_after(key)
+    limits = request.app.state.login_limits
+    address = request.client.host if request.client else ""
+    where = dict(limits=limits, address=address, username=username)
+    wait_s = await steps.run(lambda db: rate_limit.retry_after(db_session=db, now=utcnow(), **where))
     if wait_s:
         error = f"Too many failed sign-ins. Try again in {wait_s} seconds."
-        response = render(request, "login.html", status_code=429, next=_safe_next(next), error=error)
+        response = render(
+            request, "login.html", status_code=429, next=_safe_next(next), error=error, username=username
+        )
         response.headers["Retry-After"] = str(wait_s)
         return response
-    user = users_service.authenticate(db_session=db_session, username=username, password=password)
-    if user is None:
-        limiter.record_failure(key)
+    account = await steps.run(lambda db: users_service.sign_in_account(db_session=db, username=username))
+    async with request.app.state.password_gate:  # Argon2 takes 64 MiB a check: a few at a time
+        matches = await run_in_threadpool(users_service.password_matches, account, password)
+    if not matches:
+        await steps.run(lambda db: rate_limit.record_failure(db_session=db, now=utcnow(), **where))
         return render(
-            request, "login.html", status_code=401, next=_safe_next(next), error="Wrong username or password."
+            request,
+            "login.html",
+            status_code=401,
+            next=_safe_next(next),
+            error="Wrong username or password.",
+            username=username,
         )
-    limiter.forget(key)
+    await steps.run(lambda db: rate_limit.forget(db_session=db, address=address, username=username))
     request.session.clear()
-    request.session.update({"user_id": user.id, "csrf": new_csrf_token()})
-    return RedirectResponse(_safe_next(next), status_code=303)
+    request.session.update(
+        {"user_id": account.id, SESSION_GENERATION: account.session_generation, "csrf": new_csrf_token()}
+    )
+    target = _safe_next(next)
+    if target == "/" and account.role == Role.admin:
+        target = "/admin"
+    return RedirectResponse(target, status_code=303)
+
+
+@router.get("/account", response_class=HTMLResponse)
+def account_page(request: Request, user: OptionalUser):
+    """The signed-in person's account: who they are, and a form to change their password."""
+    account = page_user(request, user, Role.admin, Role.annotator)
+    if isinstance(account, RedirectResponse):
+        return account
+    return render(request, "account.html", user=account)
 
 
 @router.post("/logout", dependencies=[Depends(check_csrf)])
-def logout(request: Request):
-    """End the session."""
+def logout(request: Request, db_session: SessionDep, user: OptionalUser):
+    """Sign out: every session of the user ends, on this browser and any other (server-side)."""
+    if user is not None:
+        users_service.end_sessions(db_session=db_session, user=user)
     request.session.clear()
     return RedirectResponse("/", status_code=303)
 

@@ -1,4 +1,4 @@
-"""Initial schema: users, competitions, images, classifiers, jobs, pair subsets, questions, votes.
+"""Initial schema: users, sign-in failures, competitions, images, classifiers, jobs, subsets, questions, votes
 
 Until the first release this one migration is amended in place; after it, changes get new revisions.
 
@@ -25,6 +25,7 @@ def upgrade() -> None:
         sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("name", sa.String(length=64), nullable=False),
         sa.Column("description", sa.Text(), nullable=False),
+        sa.Column("guidelines", sa.Text(), nullable=False),
         sa.Column("taxonomy", sa.String(length=64), nullable=False),
         sa.Column("taxonomy_source", sa.Text(), nullable=True),
         sa.Column("class_keys", sa.JSON(), nullable=False),
@@ -44,7 +45,9 @@ def upgrade() -> None:
         sa.CheckConstraint("k >= 1", name=op.f("ck_competitions_k_positive")),
         sa.CheckConstraint("max_per_label >= 1", name=op.f("ck_competitions_max_per_label_positive")),
         sa.CheckConstraint("panel_size >= 1 AND panel_size % 2 = 1", name=op.f("ck_competitions_panel_odd")),
-        sa.CheckConstraint("smoothing > 0", name=op.f("ck_competitions_smoothing_positive")),
+        sa.CheckConstraint(
+            "smoothing >= 0.001 AND smoothing <= 1000.0", name=op.f("ck_competitions_smoothing_in_range")
+        ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_competitions")),
         sa.UniqueConstraint("name", name=op.f("uq_competitions_name")),
     )
@@ -57,10 +60,16 @@ def upgrade() -> None:
         sa.Column("height", sa.Integer(), nullable=False),
         sa.Column("bytes", sa.Integer(), nullable=False),
         sa.Column("original_name", sa.String(length=255), nullable=False),
+        sa.Column("source_uri", sa.String(length=2048), nullable=True),
+        sa.Column("source_url", sa.String(length=2048), nullable=True),
+        sa.Column("license", sa.String(length=255), nullable=True),
+        sa.Column("author", sa.String(length=255), nullable=True),
+        sa.Column("phash", sa.BigInteger(), nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_images")),
         sa.UniqueConstraint("sha256", name=op.f("uq_images_sha256")),
     )
+    op.create_index("ix_images_source_uri", "images", ["source_uri"])
     op.create_table(
         "users",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -73,10 +82,21 @@ def upgrade() -> None:
         sa.Column("password_hash", sa.String(length=255), nullable=True),
         sa.Column("is_active", sa.Boolean(), nullable=False),
         sa.Column("votes_excluded", sa.Boolean(), nullable=False),
+        sa.Column("session_generation", sa.Integer(), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_users")),
         sa.UniqueConstraint("username", name=op.f("uq_users_username")),
     )
+    op.create_table(
+        "login_failures",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("address", sa.String(length=64), nullable=False),
+        sa.Column("username", sa.String(length=64), nullable=False),
+        sa.Column("failed_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_login_failures")),
+    )
+    op.create_index("ix_login_failures_address_failed_at", "login_failures", ["address", "failed_at"])
+    op.create_index("ix_login_failures_failed_at", "login_failures", ["failed_at"])
     op.create_table(
         "api_tokens",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -243,7 +263,16 @@ def upgrade() -> None:
         sa.Column("shard_end", sa.Integer(), nullable=True),
         sa.Column(
             "status",
-            sa.Enum("queued", "running", "done", "failed", name="jobstatus", native_enum=False, length=16),
+            sa.Enum(
+                "queued",
+                "running",
+                "done",
+                "failed",
+                "cancelled",
+                name="jobstatus",
+                native_enum=False,
+                length=16,
+            ),
             nullable=False,
         ),
         sa.Column("attempts", sa.Integer(), nullable=False),
@@ -333,6 +362,24 @@ def upgrade() -> None:
     )
     op.create_index("ix_votes_user_created", "votes", ["user_id", "created_at"])
     op.create_table(
+        "gold_answers",
+        sa.Column("question_id", sa.Integer(), nullable=False),
+        sa.Column("user_id", sa.Integer(), nullable=False),
+        sa.Column("answer", sa.Boolean(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["question_id"],
+            ["questions.id"],
+            name=op.f("fk_gold_answers_question_id_questions"),
+            ondelete="CASCADE",
+        ),
+        sa.ForeignKeyConstraint(
+            ["user_id"], ["users.id"], name=op.f("fk_gold_answers_user_id_users"), ondelete="CASCADE"
+        ),
+        sa.PrimaryKeyConstraint("question_id", "user_id", name=op.f("pk_gold_answers")),
+    )
+    op.create_index("ix_gold_answers_user_id", "gold_answers", ["user_id"])
+    op.create_table(
         "pair_images",
         sa.Column("subset_id", sa.Integer(), nullable=False),
         sa.Column("position", sa.Integer(), nullable=False),
@@ -391,7 +438,9 @@ def upgrade() -> None:
         sa.Column("user_id", sa.Integer(), nullable=False),
         sa.Column(
             "status",
-            sa.Enum("leased", "done", "flagged", name="assignmentstatus", native_enum=False, length=16),
+            sa.Enum(
+                "leased", "done", "flagged", "skipped", name="assignmentstatus", native_enum=False, length=16
+            ),
             nullable=False,
         ),
         sa.Column("leased_at", sa.DateTime(timezone=True), nullable=False),
@@ -452,6 +501,7 @@ def downgrade() -> None:
     op.drop_table("label_assignments")
     op.drop_table("label_items")
     op.drop_table("pair_images")
+    op.drop_table("gold_answers")
     op.drop_table("votes")
     op.drop_table("pair_subsets")
     op.drop_table("jobs")
@@ -460,6 +510,7 @@ def downgrade() -> None:
     op.drop_table("competition_images")
     op.drop_table("classifiers")
     op.drop_table("api_tokens")
+    op.drop_table("login_failures")
     op.drop_table("users")
     op.drop_table("images")
     op.drop_table("competitions")

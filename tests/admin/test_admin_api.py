@@ -10,12 +10,14 @@ from sqlalchemy import select
 
 from app.images.models import CompetitionImage, Image
 from app.jobs import service as jobs_service
-from app.jobs.models import Job, JobStatus
+from app.jobs.enums import JobStatus
+from app.jobs.models import Job
 from app.labelling.models import LabelItem, PairImage, PairImageRole, Question
 from app.users import service as users_service
 from app.users.models import Role
 from tests.conftest import TEST_PASSWORD
 from tests.leaderboard.scenario import (
+    DIGITS,
     annotators,
     corpus,
     digits_competition,
@@ -27,16 +29,17 @@ from tests.support.images import image_bytes
 from workers.worker import WorkerOptions, run_worker
 
 PRETRAINED_TAG = "resnet18.a1_in1k"
+DIGITS_DESCRIBED = DIGITS + 'descriptions: {"0": "the digit zero: one closed loop"}\n'
 
 
-def test_a_competition_needs_a_positive_smoothing(client, admin_headers):
+def test_a_competition_needs_a_smoothing_within_its_bounds(client, admin_headers):
     for smoothing in (0, -0.5):
         refused = client.post(
             "/api/v1/competitions", json={"name": "flat", "smoothing": smoothing}, headers=admin_headers
         )
         assert refused.status_code == 422
         (error,) = refused.json()["detail"]
-        assert error["loc"] == ["body", "smoothing"] and "greater than 0" in error["msg"]
+        assert error["loc"] == ["body", "smoothing"] and "greater than or equal to 0.001" in error["msg"]
     assert client.get("/api/v1/competitions").json() == []
     created = client.post(
         "/api/v1/competitions", json={"name": "flat", "smoothing": 0.5}, headers=admin_headers
@@ -190,7 +193,7 @@ def test_retiring_a_classifier_cancels_its_jobs_and_refuses_their_results(
     assert response.status_code == 200 and response.json()["retired_at"] is not None
     jobs = db_session.scalars(select(Job).order_by(Job.id).execution_options(populate_existing=True)).all()
     cancelled = [job for job in jobs if leaving.id in (job.classifier_id, job.other_classifier_id)]
-    assert len(cancelled) == 2 and all(job.status == JobStatus.failed for job in cancelled)
+    assert len(cancelled) == 2 and all(job.status == JobStatus.cancelled for job in cancelled)
     assert all("retired" in job.error for job in cancelled)
     refused = client.post(
         f"/api/v1/jobs/{held.id}/selection",
@@ -216,3 +219,66 @@ def test_retiring_a_classifier_cancels_its_jobs_and_refuses_their_results(
     again = client.post(f"/api/v1/classifiers/{leaving.id}/retire", headers=admin_headers)
     assert again.json()["retired_at"] == response.json()["retired_at"]
     assert other.id in {claimed[0].classifier_id, claimed[0].other_classifier_id}
+
+
+def test_an_admin_sets_a_password_and_a_user_changes_their_own(
+    client, db_session, admin_headers, annotator, annotator_headers
+):
+    def signs_in(password: str) -> bool:
+        client.cookies.clear()
+        return users_service.password_matches(
+            users_service.sign_in_account(db_session=db_session, username="annotator"), password
+        )
+
+    url = f"/api/v1/users/{annotator.id}/password"
+    assert (
+        client.put(url, json={"password": "forgotten-no-more"}, headers=annotator_headers).status_code == 403
+    )
+    assert client.put(url, json={"password": "short"}, headers=admin_headers).status_code == 422
+    assert client.put(url, json={"password": "forgotten-no-more"}, headers=admin_headers).status_code == 200
+    assert signs_in("forgotten-no-more") and not signs_in(TEST_PASSWORD)
+    worker = users_service.create_user(db_session=db_session, username="gpu", role=Role.worker, password=None)
+    refused = client.put(
+        f"/api/v1/users/{worker.id}/password", json={"password": "x" * 12}, headers=admin_headers
+    )
+    assert refused.status_code == 422 and "workers use API tokens" in refused.json()["detail"]
+
+    own = {"current_password": "not it at all", "new_password": "my very own"}
+    wrong = client.put("/api/v1/me/password", json=own, headers=annotator_headers)
+    assert wrong.status_code == 422 and wrong.json()["detail"] == "the current password is wrong"
+    own["current_password"] = "forgotten-no-more"
+    assert client.put("/api/v1/me/password", json=own, headers=annotator_headers).status_code == 200
+    assert signs_in("my very own")
+
+
+def test_guidelines_are_set_by_an_admin_and_shown_with_every_class_definition(
+    client, db_session, admin_headers, annotator_headers
+):
+    created = client.post(
+        "/api/v1/competitions",
+        json={
+            "name": "digits",
+            "taxonomy": "custom",
+            "taxonomy_source": DIGITS_DESCRIBED,
+            "guidelines": "Look.",
+        },
+        headers=admin_headers,
+    )
+    assert created.status_code == 201 and created.json()["guidelines"] == "Look."
+    url = f"/api/v1/competitions/{created.json()['id']}"
+    change = {"guidelines": "Answer yes for any digit you can read.\n\nA crossed seven is a seven."}
+    assert client.patch(url, json=change, headers=annotator_headers).status_code == 403
+    changed = client.patch(url, json=change, headers=admin_headers)
+    assert changed.status_code == 200 and changed.json()["guidelines"] == change["guidelines"]
+    assert changed.json()["description"] == ""  # left out, left alone
+
+    page = client.get(f"/competitions/{created.json()['id']}/guidelines")
+    assert page.status_code == 200
+    assert (
+        "<p>Answer yes for any digit you can read.</p>" in page.text
+        and "<p>A crossed seven is a seven.</p>" in page.text
+    )
+    assert "<dt>zero</dt><dd>the digit zero: one closed loop</dd>" in page.text.replace("\n", "").replace(
+        "  ", ""
+    )
+    assert "<dt>one</dt><dd>No definition given.</dd>" in page.text.replace("\n", "").replace("  ", "")

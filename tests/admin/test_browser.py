@@ -8,12 +8,14 @@ import numpy as np
 import safetensors.torch
 import timm
 import torch
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import Select, WebDriverWait
 from sqlalchemy import select
 
-from app.classifiers.models import Classifier, ClassifierStatus
+from app.classifiers.enums import ClassifierStatus
+from app.classifiers.models import Classifier
 from app.labelling.models import PairSubset
 from app.users import service as users_service
 from app.users.models import Role
@@ -109,7 +111,8 @@ def test_an_admin_adds_a_fourth_classifier_and_watches_it_enter_the_leaderboard(
         timm.create_model("test_resnet", num_classes=N_CLASSES).state_dict(), str(weights)
     )
     sign_in(browser, live_server.url, "boss", f"/admin/competitions/{competition_id}")
-    wait = WebDriverWait(browser, PAGE_TIMEOUT_S)
+    # the live rows are rebuilt every few seconds: an element found just before may be gone when read
+    wait = WebDriverWait(browser, PAGE_TIMEOUT_S, ignored_exceptions=[StaleElementReferenceException])
     form = browser.find_element(By.ID, "add-classifier")
     form.find_element(By.NAME, "name").send_keys("fourth")
     Select(form.find_element(By.NAME, "source")).select_by_value("timm-weights")

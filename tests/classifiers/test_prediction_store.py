@@ -1,13 +1,13 @@
 """Prediction shards: atomic writes, idempotent re-writes, and a reader that refuses gaps and overlaps."""
 
 import errno
-import stat
 
 import numpy as np
 import pytest
 
 from app.classifiers import prediction_store
 from app.classifiers.prediction_store import Predictions, PredictionStore, PredictionStoreError
+from app.storage import open_blob_store
 
 
 def random_predictions(n: int, seed: int) -> Predictions:
@@ -32,9 +32,16 @@ def assert_equal(actual: Predictions, expected: Predictions) -> None:
         assert getattr(actual, name).dtype == array.dtype
 
 
-@pytest.fixture
-def store(tmp_path) -> PredictionStore:
-    return PredictionStore(tmp_path / "predictions")
+@pytest.fixture(params=["local", "s3"])
+def store(request, tmp_path) -> PredictionStore:
+    """A prediction store on a local directory and on S3 (moto)."""
+    url = request.getfixturevalue("s3_storage_url") if request.param == "s3" else ""
+    return PredictionStore(open_blob_store(url, tmp_path))
+
+
+def shard_names(store: PredictionStore, classifier_id) -> list[str]:
+    """The names of one classifier's stored shards."""
+    return [key.rsplit("/", 1)[-1] for key in store.blobs.list_keys(store.prefix(classifier_id))]
 
 
 def test_shards_written_in_any_order_read_back_as_one_array(store):
@@ -48,7 +55,7 @@ def test_shards_written_in_any_order_read_back_as_one_array(store):
 
     assert store.shard_ranges(3) == [(0, 4), (4, 7), (7, 10)]
     assert_equal(store.read(3, 10), full)
-    assert sorted(path.name for path in store.classifier_dir(3).iterdir()) == [
+    assert shard_names(store, 3) == [
         "shard-0000000000-0000000004.npz",
         "shard-0000000004-0000000007.npz",
         "shard-0000000007-0000000010.npz",
@@ -61,9 +68,7 @@ def test_rewriting_a_shard_replaces_it_whole(store):
     store.write_shard("c1", 0, second)
 
     assert_equal(store.read("c1", 5), second)
-    (path,) = store.classifier_dir("c1").iterdir()
-    assert path.name == "shard-0000000000-0000000005.npz"
-    assert stat.S_IMODE(path.stat().st_mode) == 0o644  # readable by a service running as another user
+    assert shard_names(store, "c1") == ["shard-0000000000-0000000005.npz"]
 
 
 def test_no_prediction_rows_survive_a_round_trip(store):
@@ -120,15 +125,15 @@ def test_failed_write_leaves_no_file_and_keeps_the_previous_shard(store, monkeyp
     with pytest.raises(OSError, match="No space left"):
         store.write_shard(1, 6, random_predictions(4, seed=3))
 
-    assert [path.name for path in store.classifier_dir(1).iterdir()] == ["shard-0000000000-0000000006.npz"]
+    assert shard_names(store, 1) == ["shard-0000000000-0000000006.npz"]
     monkeypatch.undo()
     assert_equal(store.read(1, 6), first)
 
 
 def test_a_damaged_shard_file_is_named(store):
     store.write_shard(1, 0, random_predictions(4, seed=1))
-    path = store.classifier_dir(1) / "shard-0000000000-0000000004.npz"
-    path.write_bytes(path.read_bytes()[:100])
+    key = "predictions/1/shard-0000000000-0000000004.npz"
+    store.blobs.put(key, store.blobs.get(key)[:100], content_type="application/octet-stream", immutable=False)
 
     with pytest.raises(PredictionStoreError, match="shard-0000000000-0000000004.npz is unreadable"):
         store.read(1, 4)

@@ -1,5 +1,6 @@
 """Classifier sources: weights files and pretrained tags through timm's pretrained path, and their errors."""
 
+import re
 from pathlib import Path
 
 import huggingface_hub
@@ -142,13 +143,18 @@ def test_missing_file_and_unknown_suffix(tmp_path):
     assert weights_format("weights.h5") is None
 
 
-def test_weights_of_another_architecture_list_missing_and_unexpected_keys(tmp_path):
+def test_weights_of_another_architecture_are_counted_not_listed_under_the_owners_file_name(tmp_path):
     other = timm.create_model("test_efficientnet", num_classes=NUM_CLASSES)
-    path = tmp_path / "weights.safetensors"
+    path = tmp_path / "upload.safetensors"
     save_file(other.state_dict(), path)
 
-    with pytest.raises(WeightsMismatchError, match="missing keys.*unexpected keys") as raised:
-        load_weights_file(ARCH, path, NUM_CLASSES)
+    with pytest.raises(WeightsMismatchError) as raised:
+        load_weights_file(ARCH, path, NUM_CLASSES, shown_name="my-effnet.safetensors")
+    message = str(raised.value)
+    assert message.startswith(f"weights file 'my-effnet.safetensors' was not saved from '{ARCH}'")
+    assert re.search(r"\d+ of the model's \d+ tensors are not in the file and \d+ of the file's", message)
+    assert message.endswith("register it with the architecture it was trained as")
+    assert "upload" not in message and not any(key in message for key in other.state_dict())
     assert isinstance(raised.value, ClassifierSourceError) and isinstance(raised.value, ValueError)
 
 
@@ -158,7 +164,7 @@ def test_weights_with_a_reshaped_tensor_name_it(trained, tmp_path):
     path = tmp_path / "weights.safetensors"
     save_file(state, path)
 
-    expected = r"1 shape mismatches.*layer1\.0\.conv1\.weight is \(3, 3, 1, 1\) in the file"
+    expected = r": 1 tensor has another shape \(layer1\.0\.conv1\.weight is \(3, 3, 1, 1\) in the file"
     with pytest.raises(WeightsMismatchError, match=expected):
         load_weights_file(ARCH, path, NUM_CLASSES)
 

@@ -18,7 +18,8 @@ from app.core.analysis import (
     x_perplexity,
 )
 from app.core.ranking import count_outcomes
-from app.core.taxonomy import from_children, imagenet_1k
+from app.core.taxonomy import from_children
+from app.core.taxonomy_sources import imagenet_1k
 
 # Paper Table 1, rows in ImageNet top-1 order: accuracy rank 1..11 and MAD rank.
 ACC_RANK = list(range(1, 12))

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from app.cli.simulate import simulate
 from app.cli.taxonomy import taxonomy_app
-from app.core.taxonomy import imagenet_1k
+from app.core.taxonomy_sources import imagenet_1k
 
 cli = typer.Typer()
 cli.add_typer(taxonomy_app, name="taxonomy")

@@ -160,6 +160,35 @@ def test_ranks_from_scores_ties_share_the_better_rank():
     assert ranks_from_scores(np.array([0.2, 0.5, 0.2, 0.1])).tolist() == [2, 1, 2, 4]
 
 
+def test_ties_come_from_scores_rounded_to_six_decimals_not_from_float_noise():
+    assert ranks_from_scores([1.33e-16, -8.9e-17, 0.5]).tolist() == [2, 2, 1]
+    assert ranks_from_scores([0.2000004, 0.2000001, 0.200001]).tolist() == [2, 2, 1]
+    ranking = rank_classifiers(count_outcomes({}, m=5))  # Bradley–Terry returns ±1e-16 here
+    for scores in (ranking.perron.scores, ranking.hodge, ranking.bradley_terry, ranking.win_rate):
+        assert ranking.ranks_of(scores).tolist() == [1] * 5
+
+
+def test_a_classifier_without_labels_ranks_last_with_an_interval_over_every_rank():
+    """A classifier added later: its pairs have no labels, so b = 1 puts its Perron score mid-table."""
+    outcomes = {(i, j): outcomes_from_cases(2, 6 - i, 1 + i, 1) for i in range(4) for j in range(i + 1, 4)}
+    counts = count_outcomes(outcomes, m=5)
+    ranking = rank_classifiers(counts)
+    assert counts.without_evidence.tolist() == [False] * 4 + [True]
+    assert 1 < ranks_from_scores(ranking.perron.scores)[4] < 5  # its score alone would place it
+    assert ranking.ranks.tolist() == [1, 2, 3, 4, 5]
+    for scores in (ranking.hodge, ranking.bradley_terry, ranking.win_rate):
+        assert ranking.ranks_of(scores)[4] == 5
+    intervals = bootstrap_perron(counts, n_resamples=200)
+    assert (intervals.rank_low[4], intervals.rank_high[4]) == (1, 5)
+    assert (intervals.score_low[4], intervals.score_high[4]) == (0.0, 1.0)
+    assert intervals.rank_high[:4].max() <= 4
+
+
+def test_without_any_label_every_interval_spans_every_rank():
+    intervals = bootstrap_perron(count_outcomes({}, m=4), n_resamples=50)
+    assert intervals.rank_low.tolist() == [1] * 4 and intervals.rank_high.tolist() == [4] * 4
+
+
 def test_bootstrap_is_seeded_and_brackets_the_estimate():
     counts = count_outcomes(random_outcomes(m=6, k=30, seed=1), m=6)
     first = bootstrap_perron(counts, n_resamples=400, seed=11)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from app.core.selection import select_all_pairs, select_pair
-from app.core.taxonomy import imagenet_1k
+from app.core.taxonomy_sources import imagenet_1k
 
 # Three classes: 0 and 1 are siblings, 2 is far from both.
 SMALL_DISTANCE = np.array([[0.0, 0.5, 3.0], [0.5, 0.0, 2.5], [3.0, 2.5, 0.0]])

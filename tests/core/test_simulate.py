@@ -15,7 +15,7 @@ from app.core.simulate import (
     simulate_corpus,
     table_1_accuracies,
 )
-from app.core.taxonomy import imagenet_1k
+from app.core.taxonomy_sources import imagenet_1k
 
 DRAKE, COOT = "n01847000", "n02018207"
 

@@ -10,16 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.core.taxonomy import (
-    TaxonomyError,
-    from_children,
-    from_file,
-    from_wordnet,
-    imagenet_1k,
-    imagenet_a,
-    load_taxonomy,
-)
-from app.core.wordnet import DEBIAN_WORDNET_DIR, lexnames_text, stage_wordnet_dict
+from app.core.taxonomy import TaxonomyError, from_children
+from app.core.taxonomy_sources import from_file, imagenet_1k, imagenet_a, load_taxonomy
+from app.core.wordnet import DEBIAN_WORDNET_DIR, from_wordnet, lexnames_text, stage_wordnet_dict
 
 REPO = Path(__file__).resolve().parents[2]
 FOUNTAIN, CHURCH, DRAKE, COOT = "n03388043", "n03028079", "n01847000", "n02018207"
@@ -202,6 +195,25 @@ def test_custom_taxonomy_errors_name_the_offender(change, message):
         from_children(spec["root"], spec["classes"], spec["children"], spec["names"])
 
 
+def test_classes_carry_their_definitions():
+    full = imagenet_1k()
+    fountain = full.index_of(FOUNTAIN)
+    assert full.definition(fountain) == "a structure from which an artificially produced jet of water arises"
+    assert all(full.definition(index) for index in range(len(full.classes)))  # every gloss is shipped
+    assert imagenet_a().definition(imagenet_a().index_of(FOUNTAIN)) == full.definition(fountain)
+    described = from_children(
+        DIGITS["root"], DIGITS["classes"], DIGITS["children"], descriptions={0: "a  closed\n loop"}
+    )
+    assert described.definition(0) == "a closed loop" and described.definition(1) == ""
+    assert from_children(DIGITS["root"], DIGITS["classes"], DIGITS["children"]).definition(0) == ""
+    with pytest.raises(TaxonomyError, match="descriptions: 'round' is not a class"):
+        from_children(DIGITS["root"], DIGITS["classes"], DIGITS["children"], descriptions={"round": "x"})
+    with pytest.raises(TaxonomyError, match="the description of '1' must be a non-empty string"):
+        from_children(DIGITS["root"], DIGITS["classes"], DIGITS["children"], descriptions={"1": " "})
+    demo = load_taxonomy(str(REPO / "app" / "demo" / "digits_taxonomy.yaml"))
+    assert all(demo.definition(index).startswith(f"the digit {demo.names[index]}") for index in range(10))
+
+
 def _literal(text: str) -> str:
     return re.escape(text)
 
@@ -245,6 +257,7 @@ def test_wordnet_synsets_match_the_shipped_hierarchy():
     assert np.array_equal(taxonomy.distance_matrix(), full.distance_matrix()[np.ix_(rows, rows)])
     by_name = from_wordnet(["drake.n.02", "American_coot.n.01"])
     assert by_name.classes == (DRAKE, COOT)
+    assert by_name.definition(0) == full.definition(full.index_of(DRAKE))  # the same gloss as shipped
     assert by_name.distance(DRAKE, COOT) == 0.003662109375
     with pytest.raises(TaxonomyError, match="unknown WordNet synset 'nosuchthing.n.01'"):
         from_wordnet(["nosuchthing.n.01"])
@@ -260,3 +273,55 @@ def test_generator_reproduces_the_shipped_hierarchy(tmp_path):
         capture_output=True,
     )
     assert out.read_text() == (REPO / "app" / "core" / "data" / "imagenet_hierarchy.tsv").read_text()
+
+
+def ladder_taxonomy(levels: int) -> str:
+    """A ~1 kB-per-20-levels taxonomy whose every level has two nodes, each a child of both nodes above:
+    each class has 2**levels root paths."""
+    children = {"top": ["a0", "b0"]}
+    for level in range(levels - 1):
+        children[f"a{level}"] = children[f"b{level}"] = [f"a{level + 1}", f"b{level + 1}"]
+    last = levels - 1
+    children[f"a{last}"] = children[f"b{last}"] = ["x", "y"]
+    return json.dumps({"root": "top", "classes": ["x", "y"], "children": children})
+
+
+LADDER_PROBE = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (2 * 1024**3, 2 * 1024**3))
+from app.core.taxonomy import TaxonomyError
+from app.core.taxonomy_sources import from_text
+try:
+    from_text(sys.stdin.read())
+except TaxonomyError as error:
+    print("refused:", error)
+"""
+
+
+def test_a_40_level_ladder_is_refused_at_once_not_enumerated():
+    """2**40 paths per class: enumerating them never ends (or runs out of memory), so the refusal is checked
+    in a subprocess capped at 2 GB and 120 s; the count that refuses it is polynomial."""
+    text = ladder_taxonomy(40)
+    assert len(text) < 4000
+    probe = subprocess.run(
+        [sys.executable, "-c", LADDER_PROBE], input=text, capture_output=True, text=True, timeout=120
+    )
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    assert "refused: class 'x' has 1,099,511,627,776 paths from the root" in probe.stdout
+
+
+def test_ladders_within_the_path_limit_still_work():
+    taxonomy = from_children("top", ["x", "y"], json.loads(ladder_taxonomy(6))["children"])
+    assert len(taxonomy.paths[0]) == 64
+    assert taxonomy.distance("x", "y") == pytest.approx(2 * 2.0**-6)
+
+
+def test_too_many_classes_or_nodes_are_refused():
+    from app.core.taxonomy import MAX_CLASSES, MAX_NODES
+
+    classes = [f"c{index}" for index in range(MAX_CLASSES + 1)]
+    with pytest.raises(TaxonomyError, match="classes; at most"):
+        from_children("top", classes, {"top": classes})
+    nodes = [f"n{index}" for index in range(MAX_NODES)]
+    with pytest.raises(TaxonomyError, match="nodes; at most"):
+        from_children("top", ["n0"], {"top": nodes})

@@ -105,7 +105,33 @@ def test_login_redirect_stays_on_this_site(client, admin):
         data={"username": "admin", "password": TEST_PASSWORD, "csrf_token": csrf, "next": "//evil.example/"},
         follow_redirects=False,
     )
-    assert response.headers["location"] == "/"
+    assert response.headers["location"] == "/admin"
+
+
+def test_admins_land_on_the_admin_page_and_a_wrong_password_keeps_the_username(
+    client, admin, annotator, db_session
+):
+    assert _sign_in(client, "admin").headers["location"] == "/admin"
+    client.cookies.clear()
+    assert _sign_in(client, "annotator").headers["location"] == "/"
+    client.cookies.clear()
+    csrf = _csrf_from(client.get("/login").text)
+    asked = client.post(
+        "/login",
+        data={
+            "username": "admin",
+            "password": TEST_PASSWORD,
+            "csrf_token": csrf,
+            "next": "/competitions/1/label",
+        },
+        follow_redirects=False,
+    )
+    assert asked.headers["location"] == "/competitions/1/label"  # a page asked for comes first
+    client.cookies.clear()
+    wrong = _sign_in(client, "annotator", "wrong password")
+    assert wrong.status_code == 401 and "Wrong username or password." in wrong.text
+    assert re.search(r'<input id="username" name="username"[^>]* value="annotator"', wrong.text)
+    assert re.search(r'<input id="password"[^>]* autofocus>', wrong.text)
 
 
 def test_sign_in_is_rate_limited_per_address_and_username(client, admin, settings):

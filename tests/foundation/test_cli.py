@@ -9,7 +9,8 @@ from sqlalchemy import func, select
 from typer.testing import CliRunner
 
 from app.cli.main import app as cli
-from app.db import create_db_engine, create_sessionmaker
+from app.competitions.models import Competition
+from app.db.engine import create_db_engine, create_sessionmaker
 from app.images.models import CompetitionImage, Image
 from app.users.models import User
 from tests.support.images import image_bytes, write_images
@@ -74,6 +75,37 @@ def test_users_add_prompts_for_a_password_and_can_issue_a_token(cli_env):
     assert again.exit_code == 1 and "already exists" in again.output
 
 
+def test_users_password_deactivate_and_reactivate(cli_env):
+    from app.security import verify_password
+
+    assert invoke(cli_env, "users", "add", "bob", "--password", "first password").exit_code == 0
+    changed = invoke(cli_env, "users", "password", "bob", input="second password\nsecond password\n")
+    assert changed.exit_code == 0 and "New password set for bob" in changed.output
+    ((user,),) = query(cli_env["MAD_DATABASE_URL"], select(User))
+    assert verify_password(user.password_hash, "second password")
+    assert not verify_password(user.password_hash, "first password")
+    short = invoke(cli_env, "users", "password", "bob", "--password", "short")
+    assert short.exit_code == 1 and "at least 8 characters" in short.output
+    assert invoke(cli_env, "users", "password", "nobody", "--password", "long enough").exit_code == 1
+
+    assert invoke(cli_env, "users", "deactivate", "bob").exit_code == 0
+    listed = runner.invoke(cli, ["users", "list"], env=cli_env, terminal_width=200)
+    assert "deactivated" in listed.output
+    assert query(cli_env["MAD_DATABASE_URL"], select(User.is_active)) == [(False,)]
+    assert invoke(cli_env, "users", "reactivate", "bob").exit_code == 0
+    assert query(cli_env["MAD_DATABASE_URL"], select(User.is_active)) == [(True,)]
+
+
+def test_help_wraps_whole_sentences_to_the_terminal():
+    """Docstring paragraphs are unwrapped, so that every line of a paragraph but its last fills the terminal
+    (Typer kept the source's line breaks, which broke sentences mid-way)."""
+    for width in (100, 140):
+        output = runner.invoke(cli, ["classifiers", "add", "--help"], env={"COLUMNS": str(width)}).output
+        prose = [line.strip() for line in output.split("╭")[0].splitlines()[3:]]
+        for line, after in zip(prose, prose[1:], strict=False):
+            assert not (line and after) or len(line) > width - 25, (width, line)
+
+
 def test_import_of_a_thousand_images_with_bad_ones_and_a_duplicate(cli_env, tmp_path):
     folder = tmp_path / "corpus"
     write_images(folder, 1000)
@@ -109,6 +141,17 @@ def test_import_errors_say_what_to_do(cli_env, tmp_path):
     (tmp_path / "one.png").write_bytes(image_bytes(1))
     unknown = invoke(cli_env, "images", "import", str(tmp_path / "one.png"), "-c", "nope")
     assert unknown.exit_code == 1 and "mad competitions list" in unknown.output
+
+
+def test_competition_create_takes_guidelines_from_a_file(cli_env, tmp_path):
+    guidelines = tmp_path / "guidelines.txt"
+    guidelines.write_text("Answer yes for any part of the class.\n\nFlag screenshots.")
+    assert invoke(cli_env, "competitions", "create", "guided", "--guidelines", str(guidelines)).exit_code == 0
+    assert query(cli_env["MAD_DATABASE_URL"], select(Competition.guidelines)) == [(guidelines.read_text(),)]
+    missing = invoke(
+        cli_env, "competitions", "create", "unguided", "--guidelines", str(tmp_path / "none.txt")
+    )
+    assert missing.exit_code == 2 and "does not exist" in missing.output
 
 
 def test_competition_create_validates_its_parameters(cli_env, tmp_path):

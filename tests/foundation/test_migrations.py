@@ -5,7 +5,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect
 
-from app.db import create_db_engine
+from app.db.engine import create_db_engine
 from app.migrate import alembic_config, check_current, head_revision
 from app.models import Base
 

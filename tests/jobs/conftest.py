@@ -20,18 +20,19 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.classifiers import service as classifiers_service
 from app.classifiers.models import Classifier
 from app.classifiers.prediction_store import Predictions
-from app.classifiers.service import weights_path
 from app.classifiers.timm_source import load_weights_file
 from app.competitions.schemas import CompetitionCreate
 from app.competitions.service import create_competition
-from app.db import create_db_engine, create_sessionmaker
+from app.db.engine import create_db_engine, create_sessionmaker
 from app.images.models import CompetitionImage, Image
 from app.images.service import ImageLimits, import_entries
 from app.images.sources import folder_entries
 from app.images.store import ImageStore
+from app.jobs.lifecycle import enqueue_classifier
 from app.main import create_app
 from app.serving import serve_in_thread
 from app.settings import Settings
+from app.storage.keys import image_key, weights_key
 from app.users import service as users_service
 from app.users.models import Role
 from tests.conftest import TEST_SECRET_KEY
@@ -116,7 +117,7 @@ def set_up_competition(
         )
         import_entries(
             db_session=session,
-            store=ImageStore(service.settings.data_dir),
+            store=ImageStore(service.settings.blob_store),
             competition=competition,
             entries=folder_entries(folder, 10_000_000),
             limits=ImageLimits(10_000_000, 10_000_000, 64),
@@ -135,7 +136,7 @@ def add_timm_classifier(
 ) -> Classifier:
     """Register `architecture` with random weights made from `seed`, as a user's weights file."""
     weights = write_weights(folder / f"{name}.safetensors", architecture, seed)
-    return classifiers_service.register_timm_weights(
+    classifier = classifiers_service.register_timm_weights(
         db_session=session,
         settings=settings,
         competition=competition,
@@ -144,6 +145,8 @@ def add_timm_classifier(
         weights_file=weights,
         weights_filename=weights.name,
     )
+    enqueue_classifier(db_session=session, settings=settings, classifier=classifier)
+    return classifier
 
 
 def local_worker(settings: Settings, name: str, **env: str) -> subprocess.Popen:
@@ -169,11 +172,16 @@ def clean_predictions(service, classifier: Classifier, n_images: int) -> Predict
             .where(CompetitionImage.competition_id == classifier.competition_id)
             .order_by(CompetitionImage.ordinal)
         ).all()
-    store = ImageStore(service.settings.data_dir)
-    files = {ordinal: store.image_path(sha256, image_format) for ordinal, sha256, image_format in rows}
+    store = ImageStore(service.settings.blob_store)
+    files = {
+        ordinal: store.blobs.local_path(image_key(sha256, image_format))
+        for ordinal, sha256, image_format in rows
+    }
     model = load_weights_file(
         classifier.architecture,
-        weights_path(service.settings, classifier.weights_sha256, classifier.weights_format),
+        service.settings.blob_store.local_path(
+            weights_key(classifier.weights_sha256, classifier.weights_format)
+        ),
         1000,
     )
     engine = InferenceEngine([model], device="cpu", batch_size=32, num_workers=0)

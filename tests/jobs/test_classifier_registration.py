@@ -9,9 +9,11 @@ import timm
 import torch
 from sqlalchemy import func, select
 
-from app.classifiers.models import Classifier, ClassifierStatus
+from app.classifiers.enums import ClassifierStatus
+from app.classifiers.models import Classifier
 from app.images.models import CompetitionImage, Image
-from app.jobs.models import Job, JobKind
+from app.jobs.enums import JobKind
+from app.jobs.models import Job
 from tests.jobs.conftest import write_weights
 
 
@@ -38,7 +40,7 @@ def register(client, competition, headers, **form):
 def assert_nothing_stored(db_session, settings):
     assert db_session.scalar(select(func.count()).select_from(Classifier)) == 0
     assert db_session.scalar(select(func.count()).select_from(Job)) == 0
-    assert not settings.weights_dir.exists() or not any(settings.weights_dir.iterdir())
+    assert not (settings.data_dir / "weights").exists() or not any((settings.data_dir / "weights").iterdir())
 
 
 def test_weights_file_is_loaded_checked_stored_and_its_shards_queued(
@@ -60,7 +62,7 @@ def test_weights_file_is_loaded_checked_stored_and_its_shards_queued(
     body = response.json()
     assert (body["status"], body["reported_accuracy"]) == ("predicting", 73.3)
     assert (
-        settings.weights_dir / f"{body['weights_sha256']}.safetensors"
+        (settings.data_dir / "weights") / f"{body['weights_sha256']}.safetensors"
     ).read_bytes() == weights.read_bytes()
     jobs = db_session.scalars(select(Job)).all()
     assert [(j.kind, j.shard_start, j.shard_end) for j in jobs] == [(JobKind.predict, 0, 10)]
@@ -92,7 +94,7 @@ def test_every_accepted_weights_suffix_registers_in_any_case(
     stored_format = "safetensors" if filename.lower().endswith(".safetensors") else "pth"
     body = response.json()
     assert (
-        settings.weights_dir / f"{body['weights_sha256']}.{stored_format}"
+        (settings.data_dir / "weights") / f"{body['weights_sha256']}.{stored_format}"
     ).read_bytes() == path.read_bytes()
 
 
@@ -119,26 +121,31 @@ def test_a_weights_file_of_another_kind_is_refused_naming_the_accepted_suffixes(
     [
         (
             "resnet_9000",
-            lambda tmp: write_weights(tmp / "w.safetensors", "test_resnet", 0),
-            "no architecture",
+            lambda tmp: write_weights(tmp / "my-resnet.safetensors", "test_resnet", 0),
+            "timm has no architecture 'resnet_9000'",
         ),
         (
             "test_efficientnet",
-            lambda tmp: write_weights(tmp / "w.safetensors", "test_resnet", 0),
-            "architecture",
+            lambda tmp: write_weights(tmp / "my-resnet.safetensors", "test_resnet", 0),
+            "weights file 'my-resnet.safetensors' was not saved from 'test_efficientnet': ",
         ),
         (
             "test_resnet",
-            lambda tmp: _truncated(write_weights(tmp / "w.safetensors", "test_resnet", 0)),
-            "weights",
+            lambda tmp: _truncated(write_weights(tmp / "my-resnet.safetensors", "test_resnet", 0)),
+            "weights file 'my-resnet.safetensors' is unreadable",
         ),
-        ("test_resnet", lambda tmp: _ten_classes(tmp / "w.safetensors"), "10"),
+        (
+            "test_resnet",
+            lambda tmp: _ten_classes(tmp / "my-resnet.safetensors"),
+            "weights file 'my-resnet.safetensors' has a classifier with 10 classes",
+        ),
     ],
     ids=["unknown-architecture", "other-architecture", "corrupt", "wrong-class-count"],
 )
 def test_bad_weights_are_refused_with_a_clear_error_and_nothing_stored(
     client, db_session, competition, admin_headers, settings, tmp_path, architecture, make_file, message
 ):
+    """The error names the file the user sent, never the copy the server keeps while checking it."""
     path = make_file(tmp_path)
     response = register(
         client,
@@ -150,7 +157,8 @@ def test_bad_weights_are_refused_with_a_clear_error_and_nothing_stored(
         files={"file": (path.name, path.read_bytes())},
     )
     assert response.status_code == 422
-    assert message in response.json()["detail"]
+    detail = response.json()["detail"]
+    assert message in detail and "upload" not in detail and "\n" not in detail
     assert_nothing_stored(db_session, settings)
 
 

@@ -6,13 +6,15 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
-from app.classifiers.models import Classifier, ClassifierSource, ClassifierStatus
+from app.classifiers.enums import ClassifierSource, ClassifierStatus
+from app.classifiers.models import Classifier
 from app.classifiers.prediction_store import Predictions, PredictionStore
-from app.db import utcnow
+from app.db.base import utcnow
 from app.errors import Conflict
 from app.images.models import CompetitionImage, Image
 from app.jobs import service
-from app.jobs.models import Job, JobKind, JobStatus
+from app.jobs.enums import JobKind, JobStatus
+from app.jobs.models import Job
 from app.settings import Settings
 from tests.conftest import TEST_SECRET_KEY
 
@@ -146,7 +148,7 @@ def test_completion_is_fenced_by_the_lease_and_idempotent(db_session, competitio
         predictions=shard_predictions(job, 3),
     )
     assert done.status == again.status == JobStatus.done
-    stored = PredictionStore(settings.predictions_dir).read(job.classifier_id, 4)
+    stored = PredictionStore(settings.blob_store).read(job.classifier_id, 4)
     assert np.array_equal(stored.top1, [2, 2, 2, 2])  # the repeat changed nothing
 
 
@@ -198,7 +200,7 @@ def test_permanent_failure_fails_the_classifier_and_cancels_its_queue(db_session
     assert classifier.status == ClassifierStatus.failed
     assert "7 outputs" in classifier.error
     statuses = db_session.scalars(select(Job.status).where(Job.classifier_id == classifier.id)).all()
-    assert statuses == [JobStatus.failed, JobStatus.failed]
+    assert statuses == [JobStatus.failed, JobStatus.cancelled]
 
 
 def test_transient_failures_are_retried_up_to_the_cap_keeping_the_error(db_session, competition, settings):

@@ -14,15 +14,17 @@ import psycopg
 import pytest
 from sqlalchemy import make_url, select
 
-from app.classifiers.models import Classifier, ClassifierStatus
+from app.classifiers.enums import ClassifierStatus
+from app.classifiers.models import Classifier
 from app.classifiers.prediction_store import PredictionStore
-from app.classifiers.service import retire_classifier
 from app.competitions.schemas import CompetitionCreate
-from app.competitions.service import create_competition
-from app.db import create_db_engine, create_sessionmaker
+from app.competitions.service import create_competition, lock_competition
+from app.db.engine import create_db_engine, create_sessionmaker
 from app.errors import Conflict
 from app.jobs import service
-from app.jobs.models import Job, JobStatus
+from app.jobs.enums import JobStatus
+from app.jobs.lifecycle import retire_classifier
+from app.jobs.models import Job
 from app.settings import Settings
 from tests.conftest import TEST_SECRET_KEY
 from tests.jobs.test_leases import add_classifier, add_images, shard_predictions
@@ -96,7 +98,7 @@ def test_retiring_a_classifier_while_its_job_finishes_does_not_deadlock(
             outcome.append(error)
 
     with sessions() as retiring:
-        service.lock_competition(db_session=retiring, competition_id=competition.id)
+        lock_competition(db_session=retiring, competition_id=competition.id)
         request = threading.Thread(target=worker_request)
         request.start()
         deadline = time.monotonic() + WAIT_S
@@ -111,6 +113,6 @@ def test_retiring_a_classifier_while_its_job_finishes_does_not_deadlock(
     with sessions() as session:
         assert session.get(Classifier, classifier_id).status == ClassifierStatus.retired
         stored = session.get(Job, job.id)
-        assert stored.status == JobStatus.failed and "retired" in stored.error
-        assert session.scalars(select(Job.status)).all() == [JobStatus.failed]
-    assert not PredictionStore(settings.predictions_dir).classifier_dir(classifier_id).exists()
+        assert stored.status == JobStatus.cancelled and "retired" in stored.error
+        assert session.scalars(select(Job.status)).all() == [JobStatus.cancelled]
+    assert not PredictionStore(settings.blob_store).shard_ranges(classifier_id)

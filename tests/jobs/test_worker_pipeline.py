@@ -10,14 +10,17 @@ import pytest
 from sqlalchemy import select
 from typer.testing import CliRunner
 
-from app.classifiers.models import Classifier, ClassifierStatus
+from app.classifiers.enums import ClassifierStatus
+from app.classifiers.models import Classifier
 from app.classifiers.service import read_predictions, register_timm_pretrained
 from app.cli.main import app as cli
 from app.competitions.models import Competition
 from app.competitions.service import competition_taxonomy
 from app.core.selection import select_pair
 from app.images.models import CompetitionImage
-from app.jobs.models import Job, JobKind, JobStatus
+from app.jobs.enums import JobKind, JobStatus
+from app.jobs.lifecycle import enqueue_classifier
+from app.jobs.models import Job
 from app.labelling.models import PairImage, PairImageRole, PairSubset, Question
 from app.users import service as users_service
 from app.users.models import Role
@@ -292,13 +295,14 @@ def test_a_pretrained_tag_that_cannot_be_downloaded_fails_its_classifier_with_th
     set_up_competition(live_service, tmp_path, images=20, architectures=())
     with live_service.session() as session:
         competition = session.scalars(select(Competition)).one()
-        register_timm_pretrained(
+        classifier = register_timm_pretrained(
             db_session=session,
             settings=live_settings,
             competition=competition,
             name="r18",
             pretrained_tag="resnet18.a1_in1k",
         )
+        enqueue_classifier(db_session=session, settings=live_settings, classifier=classifier)
         session.commit()
     worker = local_worker(live_settings, "offline", HF_HUB_OFFLINE="1")  # the same on a machine off the net
     assert worker.wait(timeout=300) == 0, worker.stderr.read().decode()
@@ -307,4 +311,4 @@ def test_a_pretrained_tag_that_cannot_be_downloaded_fails_its_classifier_with_th
         assert classifier.status == ClassifierStatus.failed
         assert "'resnet18.a1_in1k'" in classifier.error and "not in its local cache" in classifier.error
         assert set(session.scalars(select(Job.status))) == {JobStatus.failed}
-    assert not (live_settings.predictions_dir / str(classifier.id)).exists()
+    assert not (live_settings.data_dir / "predictions" / str(classifier.id)).exists()

@@ -6,12 +6,18 @@ from itertools import combinations
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.classifiers.models import Classifier, ClassifierSource, ClassifierStatus
+from app.classifiers.enums import ClassifierSource, ClassifierStatus
+from app.classifiers.models import Classifier
 from app.competitions.models import Competition
 from app.images.models import CompetitionImage, Image
 from app.images.store import ImageStore
-from app.labelling import service
+from app.labelling.answers import submit_answers
 from app.labelling.models import PairSubset
+from app.labelling.queue import next_item
+from app.labelling.subsets import store_pair_subset
+from app.labelling.types import Answer, PairEntry, PresentedItem
+from app.users import service as users_service
+from app.users.models import Role
 from tests.support.images import image_bytes
 
 
@@ -57,7 +63,7 @@ def add_classifiers(db_session: Session, competition: Competition, count: int) -
     return sorted(classifier.id for classifier in classifiers)
 
 
-def entries(image_ids: list[int], labels: list[tuple[int, int]]) -> list[service.PairEntry]:
+def entries(image_ids: list[int], labels: list[tuple[int, int]]) -> list[PairEntry]:
     """Selection entries in order, with decreasing distances and confident predictions."""
     return [
         (image_id, 1.0 - position / 100, label_a, label_b, 0.9, 0.95)
@@ -74,7 +80,7 @@ def store_pair(
 ) -> PairSubset:
     """Store a pair's selection of these images; image i gets labels first_label + 2i and + 2i + 1."""
     labels = [(first_label + 2 * i, first_label + 2 * i + 1) for i in range(len(image_ids))]
-    return service.store_pair_subset(
+    return store_pair_subset(
         db_session=db_session,
         competition=competition,
         classifier_a_id=pair[0],
@@ -103,15 +109,28 @@ def labelling_competition(
 
 def answer_next(
     db_session: Session, competition: Competition, user, answer: bool = True
-) -> service.PresentedItem | None:
+) -> PresentedItem | None:
     """The annotator takes the next item and answers all its questions with `answer`; the item, or None."""
-    item = service.next_item(db_session=db_session, competition=competition, user=user).item
+    item = next_item(db_session=db_session, competition=competition, user=user).item
     if item is not None:
-        service.submit_answers(
+        submit_answers(
             db_session=db_session,
             competition=competition,
             user=user,
-            answers=[service.Answer(q.question_id, answer, 2.0) for q in item.questions],
+            answers=[Answer(q.question_id, answer, 2.0) for q in item.questions],
         )
         db_session.commit()
     return item
+
+
+def users_with_tokens(
+    db_session: Session, prefix: str, count: int, role: Role = Role.annotator
+) -> list[tuple[int, str]]:
+    """count new accounts named prefix0, prefix1, … with a password; each one's (id, API token)."""
+    accounts = []
+    for index in range(count):
+        user = users_service.create_user(
+            db_session=db_session, username=f"{prefix}{index}", role=role, password="long enough"
+        )
+        accounts.append((user.id, users_service.create_api_token(db_session=db_session, user=user, name="t")))
+    return accounts

@@ -6,8 +6,9 @@ import re
 import pytest
 from sqlalchemy import select
 
+from app.core.taxonomy_sources import imagenet_1k
 from app.images.models import Image
-from app.labelling.models import DifficultyFlag, LabelItem, Question, Vote
+from app.labelling.models import Assignment, AssignmentStatus, DifficultyFlag, LabelItem, Question, Vote
 from app.users.models import Role
 from tests.conftest import TEST_PASSWORD, bearer, make_user
 from tests.labelling.factories import add_images, labelling_competition
@@ -29,10 +30,13 @@ def test_an_annotator_labels_through_the_api(client, labelling, annotator_header
     item = body["item"]
     assert item["image_url"].startswith("/images/") and item["width"] == 64
     assert len(item["questions"]) == 2
+    classes = {c["name"]: c for c in client.get(f"/api/v1/competitions/{competition.id}/classes").json()}
     for question in item["questions"]:
         name = question["class_name"]
         assert name in competition.class_names
         assert re.fullmatch(rf"Does this image contain an? {re.escape(name)}\?", question["text"])
+        gloss = imagenet_1k().definition(classes[name]["index"])  # what the class means, one key away
+        assert question["definition"] == classes[name]["definition"] == gloss and gloss
 
     answers = [{"question_id": q["question_id"], "answer": True, "seconds": 1.25} for q in item["questions"]]
     submitted = client.post(f"{labelling}/answers", json={"answers": answers}, headers=annotator_headers)
@@ -41,7 +45,7 @@ def test_an_annotator_labels_through_the_api(client, labelling, annotator_header
 
     stats = client.get(f"{labelling}/me", headers=annotator_headers).json()
     assert (stats["answered_today"], stats["answered_total"], stats["images_left"]) == (2, 2, 6)
-    assert stats["gold_accuracy"] is None
+    assert not any(key.startswith("gold") for key in stats)  # annotators never see their gold score
 
     undone = client.post(f"{labelling}/undo", headers=annotator_headers).json()
     assert undone["undone"] == "answer" and undone["question_id"] == answers[-1]["question_id"]
@@ -150,11 +154,18 @@ def test_admins_add_gold_and_see_each_annotators_accuracy(
     assert listed == sorted(gold, key=lambda question: question["question_id"])
     assert client.get(f"{labelling}/gold", headers=annotator_headers).status_code == 403
 
-    item = client.post(f"{labelling}/next", headers=annotator_headers).json()["item"]  # gold is due first
-    assert sorted(q["question_id"] for q in item["questions"]) == sorted(g["question_id"] for g in gold)
-    answers = [{"question_id": q["question_id"], "answer": True, "seconds": 2.0} for q in item["questions"]]
-    submitted = client.post(f"{labelling}/answers", json={"answers": answers}, headers=annotator_headers)
-    assert submitted.status_code == 200
+    gold_ids = sorted(g["question_id"] for g in gold)
+    for _ in range(7):  # gold comes at random, or once nothing else is left: by the seventh image at last
+        item = client.post(f"{labelling}/next", headers=annotator_headers).json()["item"]
+        answers = [
+            {"question_id": q["question_id"], "answer": True, "seconds": 2.0} for q in item["questions"]
+        ]
+        submitted = client.post(f"{labelling}/answers", json={"answers": answers}, headers=annotator_headers)
+        assert submitted.status_code == 200
+        if sorted(q["question_id"] for q in item["questions"]) == gold_ids:
+            break
+    else:
+        raise AssertionError("the gold image was never given")
     (row,) = client.get(f"{labelling}/annotators", headers=admin_headers).json()
     assert row["username"] == annotator.username
     assert (row["gold_answered"], row["gold_correct"], row["gold_accuracy"], row["mean_seconds"]) == (
@@ -248,7 +259,7 @@ def test_only_an_image_given_to_the_caller_can_be_answered_or_flagged(
 def test_every_labelling_route_is_documented(app):
     paths = {path: spec for path, spec in app.openapi()["paths"].items() if "/labelling" in path}
     operations = [operation for spec in paths.values() for operation in spec.values()]
-    assert len(operations) == 8
+    assert len(operations) == 9
     for operation in operations:
         assert operation["summary"] and operation["description"]
         assert operation["tags"] == ["labelling"]
@@ -306,3 +317,47 @@ def test_answers_can_bring_the_next_image_in_the_same_request(client, labelling,
     assert resumed["item_id"] == following["item"]["item_id"]  # it is leased to the caller
     plain = client.post(f"{labelling}/answers", json={"answers": answers}, headers=annotator_headers).json()
     assert plain["next"] is None
+
+
+def test_skipping_hands_an_image_back_without_a_vote_until_nothing_else_is_left(
+    client, db_session, labelling, annotator, annotator_headers
+):
+    first = client.post(f"{labelling}/next", headers=annotator_headers).json()["item"]
+    skipped = client.post(f"{labelling}/skip", json={"item_id": first["item_id"]}, headers=annotator_headers)
+    assert skipped.status_code == 200 and skipped.json()["status"] == "item"
+    item = skipped.json()["item"]
+    assert item["item_id"] != first["item_id"]
+    assignment = db_session.get(Assignment, (first["item_id"], annotator.id))
+    db_session.refresh(assignment)
+    assert assignment.status == AssignmentStatus.skipped  # the lease has ended: others may take it
+    assert (
+        db_session.scalars(select(Vote)).all() == []
+        and db_session.scalars(select(DifficultyFlag)).all() == []
+    )
+    again = client.post(f"{labelling}/skip", json={"item_id": first["item_id"]}, headers=annotator_headers)
+    assert again.status_code == 200 and again.json()["item"]["item_id"] == item["item_id"]  # a no-op
+
+    seen = [item["item_id"]]
+    while True:  # answer everything else; the skipped image comes back only then
+        answers = [{"question_id": q["question_id"], "answer": True} for q in item["questions"]]
+        sent = client.post(
+            f"{labelling}/answers", json={"answers": answers, "next": True}, headers=annotator_headers
+        )
+        item = sent.json()["next"]["item"]
+        if item["item_id"] == first["item_id"]:
+            break
+        seen.append(item["item_id"])
+    assert len(seen) == 5 and first["item_id"] not in seen
+    last = client.post(f"{labelling}/skip", json={"item_id": first["item_id"]}, headers=annotator_headers)
+    assert last.json() == {"status": "skipped", "item": None}  # only what was skipped is left
+    assert (
+        client.post(f"{labelling}/next", headers=annotator_headers).json()["item"]["item_id"]
+        == first["item_id"]
+    )
+
+    answers = [{"question_id": q["question_id"], "answer": False} for q in item["questions"]]
+    client.post(f"{labelling}/answers", json={"answers": answers}, headers=annotator_headers)
+    done = client.post(f"{labelling}/skip", json={"item_id": first["item_id"]}, headers=annotator_headers)
+    assert done.status_code == 409 and "you have done this image" in done.json()["detail"]
+    unknown = client.post(f"{labelling}/skip", json={"item_id": 10**6}, headers=annotator_headers)
+    assert unknown.status_code == 404

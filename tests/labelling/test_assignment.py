@@ -5,9 +5,9 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select, update
 
-from app.db import utcnow
+from app.db.base import utcnow
 from app.errors import Conflict, NotFound
-from app.labelling import service
+from app.labelling.answers import flag_image, submit_answers
 from app.labelling.models import (
     Assignment,
     AssignmentStatus,
@@ -17,7 +17,9 @@ from app.labelling.models import (
     Question,
     Vote,
 )
-from app.users import service as users_service
+from app.labelling.queue import next_item
+from app.labelling.types import Answer, PresentedItem
+from app.labelling.undo import undo_last
 from app.users.models import Role
 from tests.conftest import make_user
 from tests.labelling.factories import answer_next, labelling_competition
@@ -28,27 +30,25 @@ def annotators(db_session, count: int):
     return [make_user(db_session, f"annotator-{index}", Role.annotator) for index in range(count)]
 
 
-def take(db_session, competition, user) -> service.PresentedItem | None:
+def take(db_session, competition, user) -> PresentedItem | None:
     """The annotator's next item (leased, not answered), committed."""
-    item = service.next_item(db_session=db_session, competition=competition, user=user).item
+    item = next_item(db_session=db_session, competition=competition, user=user).item
     db_session.commit()
     return item
 
 
-def answer(
-    db_session, competition, user, item: service.PresentedItem, value: bool = True, count: int | None = None
-):
+def answer(db_session, competition, user, item: PresentedItem, value: bool = True, count: int | None = None):
     """Answer the first `count` (default all) questions of an item."""
-    service.submit_answers(
+    submit_answers(
         db_session=db_session,
         competition=competition,
         user=user,
-        answers=[service.Answer(q.question_id, value, 1.5) for q in item.questions[:count]],
+        answers=[Answer(q.question_id, value, 1.5) for q in item.questions[:count]],
     )
     db_session.commit()
 
 
-def position_of(db_session, item: service.PresentedItem) -> tuple[int, int]:
+def position_of(db_session, item: PresentedItem) -> tuple[int, int]:
     """(subset id, position) of the image of an item in its pair."""
     image_id = db_session.get(LabelItem, item.item_id).image_id
     return db_session.execute(
@@ -75,7 +75,7 @@ def test_an_annotator_is_never_given_an_image_twice(db_session, competition):
     while (item := answer_next(db_session, competition, user)) is not None:
         seen.append(item.item_id)
     assert len(seen) == len(set(seen)) == 12
-    assert service.next_item(db_session=db_session, competition=competition, user=user).status == "finished"
+    assert next_item(db_session=db_session, competition=competition, user=user).status == "finished"
 
 
 def test_no_more_leases_on_an_image_than_votes_it_still_needs(db_session, competition):
@@ -84,7 +84,7 @@ def test_no_more_leases_on_an_image_than_votes_it_still_needs(db_session, compet
     users = annotators(db_session, 5)
     items = [take(db_session, competition, user) for user in users[:3]]
     assert len({item.item_id for item in items}) == 1  # three votes needed: three leases
-    fourth = service.next_item(db_session=db_session, competition=competition, user=users[3])
+    fourth = next_item(db_session=db_session, competition=competition, user=users[3])
     assert fourth.item is None and fourth.status == "busy"
     db_session.rollback()
 
@@ -106,14 +106,14 @@ def test_no_more_leases_on_an_image_than_votes_it_still_needs(db_session, compet
     assert take(db_session, competition, users[4]) is None
 
 
-def test_pausing_an_annotator_ends_their_leases_at_once(db_session, competition):
+def test_pausing_an_annotator_ends_their_leases_at_once(db_session, competition, client, admin_headers):
     competition.k = 1
     labelling_competition(db_session, competition, classifiers=2, images_per_pair=1)
     users = annotators(db_session, 4)
     held = [take(db_session, competition, user) for user in users[:3]]  # three votes needed: three leases
     assert take(db_session, competition, users[3]) is None
-    users_service.set_active(db_session=db_session, user=users[0], is_active=False)
-    db_session.commit()
+    paused = client.patch(f"/api/v1/users/{users[0].id}", json={"is_active": False}, headers=admin_headers)
+    assert paused.status_code == 200, paused.text
     assert take(db_session, competition, users[3]).item_id == held[0].item_id
     statuses = db_session.execute(
         select(Assignment.user_id, Assignment.status, Assignment.expires_at > utcnow()).order_by(
@@ -165,7 +165,7 @@ def test_undo_takes_back_the_last_answer_and_asks_it_again_first(db_session, com
     (user,) = annotators(db_session, 1)
     item = answer_next(db_session, competition, user, True)
     last_question = item.questions[-1].question_id
-    undone = service.undo_last(db_session=db_session, competition=competition, user=user)
+    undone = undo_last(db_session=db_session, competition=competition, user=user)
     db_session.commit()
     assert undone.undone == "answer"
     assert [q.question_id for q in undone.item.questions] == [last_question]
@@ -180,7 +180,7 @@ def test_undoing_a_deciding_vote_reopens_the_question(db_session, competition):
     for user in users:
         answer_next(db_session, competition, user, True)
     assert db_session.scalar(select(LabelItem.needed)) == 0
-    service.undo_last(db_session=db_session, competition=competition, user=users[2])
+    undo_last(db_session=db_session, competition=competition, user=users[2])
     db_session.commit()
     undone = db_session.scalars(select(Question).where(Question.yes_votes == 2)).one()
     assert undone.outcome is None and undone.decided_at is None
@@ -194,18 +194,18 @@ def test_only_the_last_ten_answers_stay_editable(db_session, competition):
     for _ in range(6):  # twelve answers
         answer_next(db_session, competition, user)
     for _ in range(10):
-        service.undo_last(db_session=db_session, competition=competition, user=user)
+        undo_last(db_session=db_session, competition=competition, user=user)
         db_session.commit()
     with pytest.raises(Conflict, match="last 10"):
-        service.undo_last(db_session=db_session, competition=competition, user=user)
+        undo_last(db_session=db_session, competition=competition, user=user)
     db_session.rollback()
 
     item = take(db_session, competition, user)  # one new answer: one step of undo comes back
     answer(db_session, competition, user, item, count=1)
-    service.undo_last(db_session=db_session, competition=competition, user=user)
+    undo_last(db_session=db_session, competition=competition, user=user)
     db_session.commit()
     with pytest.raises(Conflict):
-        service.undo_last(db_session=db_session, competition=competition, user=user)
+        undo_last(db_session=db_session, competition=competition, user=user)
     db_session.rollback()
     assert len(db_session.scalars(select(Vote)).all()) == 2
 
@@ -214,9 +214,9 @@ def test_undo_takes_back_a_flag(db_session, competition):
     labelling_competition(db_session, competition, classifiers=2, images_per_pair=5)
     (user,) = annotators(db_session, 1)
     item = take(db_session, competition, user)
-    service.flag_image(db_session=db_session, competition=competition, user=user, item_id=item.item_id)
+    flag_image(db_session=db_session, competition=competition, user=user, item_id=item.item_id)
     db_session.commit()
-    undone = service.undo_last(db_session=db_session, competition=competition, user=user)
+    undone = undo_last(db_session=db_session, competition=competition, user=user)
     db_session.commit()
     assert undone.undone == "flag" and undone.item.item_id == item.item_id
     assert len(undone.item.questions) == 2
@@ -230,4 +230,4 @@ def test_nothing_to_undo_is_not_found(db_session, competition):
     labelling_competition(db_session, competition, classifiers=2, images_per_pair=1)
     (user,) = annotators(db_session, 1)
     with pytest.raises(NotFound):
-        service.undo_last(db_session=db_session, competition=competition, user=user)
+        undo_last(db_session=db_session, competition=competition, user=user)

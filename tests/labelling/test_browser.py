@@ -25,7 +25,7 @@ def set_up(live_server) -> int:
     and the annotator alice; returns the competition id."""
     with live_server.sessions() as db_session:
         competition = create_competition(db_session=db_session, spec=CompetitionCreate(name="browser", k=2))
-        store = ImageStore(live_server.settings.data_dir)
+        store = ImageStore(live_server.settings.blob_store)
         labelling_competition(db_session, competition, classifiers=2, images_per_pair=4, store=store)
         users_service.create_user(
             db_session=db_session, username="alice", role=Role.annotator, password=TEST_PASSWORD
@@ -89,7 +89,7 @@ def test_label_with_the_keyboard_undo_and_flag(live_server, browser):
     wait_for_text(browser, "status", "undone")
     assert shown_image(browser) == first_image
     assert browser.find_element(By.ID, "question").text == second_question
-    assert browser.find_element(By.ID, "question-count").text == "Question 1 of 1"
+    assert browser.find_element(By.ID, "question-count").text == "Question 2 of 2"  # the image has two
     press(browser, "y")  # answered again, differently
     wait_for_text(browser, "status", "Saved")
     assert shown_image(browser) == second_image

@@ -19,11 +19,16 @@ from sqlalchemy import select, text
 from app.competitions.models import Competition
 from app.competitions.schemas import CompetitionCreate
 from app.competitions.service import create_competition
-from app.db import create_db_engine, create_sessionmaker
+from app.db.engine import create_db_engine, create_sessionmaker
 from app.errors import Conflict
 from app.images.models import Image
-from app.labelling import rules, service
+from app.labelling import rules
+from app.labelling.answers import submit_answers
+from app.labelling.gold import add_gold_questions
 from app.labelling.models import LabelItem, Question, UndoDepth, Vote
+from app.labelling.queue import next_item
+from app.labelling.types import Answer
+from app.labelling.undo import undo_last
 from app.users import service as users_service
 from app.users.models import Role, User
 from tests.conftest import make_user
@@ -195,7 +200,7 @@ def test_two_undos_at_once_neither_fail_nor_take_back_the_same_answer(fresh_data
         both_ready.wait()
         with sessions() as db_session:
             try:
-                result = service.undo_last(
+                result = undo_last(
                     db_session=db_session,
                     competition=db_session.get_one(Competition, competition_id),
                     user=db_session.get_one(User, user_id),
@@ -228,12 +233,12 @@ def test_next_does_not_wait_for_a_gold_image_another_request_has_locked(fresh_da
     sessions = create_sessionmaker(engine)
     with sessions() as db_session:
         competition = create_competition(
-            db_session=db_session, spec=CompetitionCreate(name="gold-held", k=4, gold_rate=0.5)
+            db_session=db_session, spec=CompetitionCreate(name="gold-held", k=1, gold_rate=0.5)
         )
-        labelling_competition(db_session, competition, classifiers=2, images_per_pair=4)
+        labelling_competition(db_session, competition, classifiers=2, images_per_pair=1)  # one regular image
         (gold_image_id,) = add_images(db_session, competition, 1, seed=99)  # selected by no pair
         gold_sha256 = db_session.get_one(Image, gold_image_id).sha256
-        service.add_gold_questions(
+        add_gold_questions(
             db_session=db_session,
             competition=competition,
             image_sha256=gold_sha256,
@@ -246,7 +251,7 @@ def test_next_does_not_wait_for_a_gold_image_another_request_has_locked(fresh_da
         with sessions() as holder, sessions() as db_session:
             holder.execute(select(LabelItem).where(LabelItem.image_id == gold_image_id).with_for_update())
             db_session.execute(text("SET LOCAL lock_timeout = '5s'"))
-            given = service.next_item(
+            given = next_item(
                 db_session=db_session,
                 competition=db_session.get_one(Competition, competition_id),
                 user=db_session.get_one(User, user_id),
@@ -254,16 +259,16 @@ def test_next_does_not_wait_for_a_gold_image_another_request_has_locked(fresh_da
             assert given is not None and given.image_sha256 != gold_sha256  # the queue's, at once
             holder.rollback()
             db_session.commit()
-        with sessions() as db_session:  # the gold image comes once it is free again
+        with sessions() as db_session:  # the gold image comes once it is free (and nothing else is left)
             competition = db_session.get_one(Competition, competition_id)
             user = db_session.get_one(User, user_id)
-            service.submit_answers(
+            submit_answers(
                 db_session=db_session,
                 competition=competition,
                 user=user,
-                answers=[service.Answer(q.question_id, True, 1.0) for q in given.questions],
+                answers=[Answer(q.question_id, True, 1.0) for q in given.questions],
             )
-            after = service.next_item(db_session=db_session, competition=competition, user=user).item
+            after = next_item(db_session=db_session, competition=competition, user=user).item
             assert after is not None and after.image_sha256 == gold_sha256
     finally:
         engine.dispose()

@@ -6,10 +6,14 @@ import numpy as np
 import pytest
 from sqlalchemy import func, select, update
 
-from app.db import utcnow
+from app.db.base import utcnow
 from app.errors import Conflict, InvalidInput, NotFound
-from app.labelling import service
+from app.labelling.answers import flag_image, submit_answers
 from app.labelling.models import Assignment, LabelItem, PairImage, PairSubset, Question
+from app.labelling.queue import next_item
+from app.labelling.results import pair_outcomes
+from app.labelling.subsets import discard_image, store_pair_subset
+from app.labelling.types import Answer
 from app.users.models import Role
 from tests.conftest import make_user
 from tests.labelling.factories import add_classifiers, add_images, answer_next, entries, labelling_competition
@@ -33,16 +37,16 @@ def questions_of(db_session, image_id: int) -> set[int]:
 
 def take_and_flag(db_session, competition, user, item_id: int) -> bool:
     """The annotator is given the item and flags it; whether the image is now discarded."""
-    given = service.next_item(db_session=db_session, competition=competition, user=user).item
+    given = next_item(db_session=db_session, competition=competition, user=user).item
     assert given.item_id == item_id
-    return service.flag_image(db_session=db_session, competition=competition, user=user, item_id=item_id)
+    return flag_image(db_session=db_session, competition=competition, user=user, item_id=item_id)
 
 
 def test_the_first_k_are_selected_the_rest_reserve_and_only_selected_are_asked(db_session, competition):
     competition.k = 2
     a, b = add_classifiers(db_session, competition, 2)
     images = add_images(db_session, competition, 4)
-    subset = service.store_pair_subset(
+    subset = store_pair_subset(
         db_session=db_session,
         competition=competition,
         classifier_a_id=a,
@@ -63,14 +67,14 @@ def test_the_first_k_are_selected_the_rest_reserve_and_only_selected_are_asked(d
 def test_storing_a_pair_again_is_a_no_op(db_session, competition):
     a, b = add_classifiers(db_session, competition, 2)
     images = add_images(db_session, competition, 2)
-    first = service.store_pair_subset(
+    first = store_pair_subset(
         db_session=db_session,
         competition=competition,
         classifier_a_id=a,
         classifier_b_id=b,
         entries=entries(images, [(1, 2), (3, 4)]),
     )
-    again = service.store_pair_subset(
+    again = store_pair_subset(
         db_session=db_session,
         competition=competition,
         classifier_a_id=a,
@@ -86,7 +90,7 @@ def test_a_question_asked_by_two_pairs_is_stored_once(db_session, competition):
     a, b, c = add_classifiers(db_session, competition, 3)
     (image,) = add_images(db_session, competition, 1)
     for pair, labels in (((a, b), (5, 6)), ((a, c), (5, 7))):
-        service.store_pair_subset(
+        store_pair_subset(
             db_session=db_session,
             competition=competition,
             classifier_a_id=pair[0],
@@ -109,7 +113,7 @@ def test_bad_pairs_are_refused(db_session, competition, pair, labels, error):
     ids = add_classifiers(db_session, competition, 2)
     images = add_images(db_session, competition, 1)
     with pytest.raises(error):
-        service.store_pair_subset(
+        store_pair_subset(
             db_session=db_session,
             competition=competition,
             classifier_a_id=ids[pair[0]],
@@ -122,7 +126,7 @@ def test_classifiers_and_images_must_belong_to_the_competition(db_session, compe
     a, b = add_classifiers(db_session, competition, 2)
     images = add_images(db_session, competition, 1)
     with pytest.raises(NotFound):
-        service.store_pair_subset(
+        store_pair_subset(
             db_session=db_session,
             competition=competition,
             classifier_a_id=a,
@@ -130,7 +134,7 @@ def test_classifiers_and_images_must_belong_to_the_competition(db_session, compe
             entries=entries(images, [(1, 2)]),
         )
     with pytest.raises(InvalidInput):
-        service.store_pair_subset(
+        store_pair_subset(
             db_session=db_session,
             competition=competition,
             classifier_a_id=a,
@@ -145,7 +149,7 @@ def test_pair_outcomes_count_only_images_with_both_questions_decided(db_session,
     users = [make_user(db_session, f"user-{index}", Role.annotator) for index in range(3)]
     for user in users:  # three annotators answer the first item they get with yes
         answer_next(db_session, competition, user, True)
-    outcomes = service.pair_outcomes(db_session=db_session, competition=competition)
+    outcomes = pair_outcomes(db_session=db_session, competition=competition)
     pairs = [(s.classifier_a_id, s.classifier_b_id) for s in subsets]
     assert list(outcomes) == pairs
     assert sorted(len(outcomes[pair]) for pair in pairs) == [0, 0, 1]
@@ -161,14 +165,14 @@ def test_pair_outcomes_say_which_classifier_was_right(db_session, competition):
     truth = {image.label_a: False, image.label_b: True}
     for index in range(3):
         user = make_user(db_session, f"user-{index}", Role.annotator)
-        item = service.next_item(db_session=db_session, competition=competition, user=user).item
-        service.submit_answers(
+        item = next_item(db_session=db_session, competition=competition, user=user).item
+        submit_answers(
             db_session=db_session,
             competition=competition,
             user=user,
-            answers=[service.Answer(q.question_id, truth[q.class_index], 1.0) for q in item.questions],
+            answers=[Answer(q.question_id, truth[q.class_index], 1.0) for q in item.questions],
         )
-    outcomes = service.pair_outcomes(db_session=db_session, competition=competition)
+    outcomes = pair_outcomes(db_session=db_session, competition=competition)
     assert outcomes[(subset.classifier_a_id, subset.classifier_b_id)].tolist() == [[False, True]]
 
 
@@ -178,14 +182,14 @@ def test_four_of_five_flags_discard_an_image_for_every_pair_and_promote_their_re
     competition.k = 1
     a, b, c = add_classifiers(db_session, competition, 3)
     shared, reserve_ab, reserve_ac = add_images(db_session, competition, 3)
-    subset_ab = service.store_pair_subset(
+    subset_ab = store_pair_subset(
         db_session=db_session,
         competition=competition,
         classifier_a_id=a,
         classifier_b_id=b,
         entries=entries([shared, reserve_ab], [(1, 2), (3, 4)]),
     )
-    subset_ac = service.store_pair_subset(
+    subset_ac = store_pair_subset(
         db_session=db_session,
         competition=competition,
         classifier_a_id=a,
@@ -202,7 +206,7 @@ def test_four_of_five_flags_discard_an_image_for_every_pair_and_promote_their_re
     assert questions_of(db_session, reserve_ab) == {3, 4} and questions_of(db_session, reserve_ac) == {6, 7}
     item = db_session.get(LabelItem, item_id)
     assert item.discarded and item.needed == 0 and item.flags == 4
-    offered = service.next_item(db_session=db_session, competition=competition, user=users[4]).item
+    offered = next_item(db_session=db_session, competition=competition, user=users[4]).item
     assert offered.item_id != item_id  # the fifth annotator gets a replacement, not the discarded image
 
 
@@ -210,7 +214,7 @@ def test_an_image_already_discarded_is_replaced_when_another_pair_selects_it(db_
     competition.k = 1
     a, b, c = add_classifiers(db_session, competition, 3)
     shared, reserve_ab, reserve_ac = add_images(db_session, competition, 3)
-    service.store_pair_subset(
+    store_pair_subset(
         db_session=db_session,
         competition=competition,
         classifier_a_id=a,
@@ -222,7 +226,7 @@ def test_an_image_already_discarded_is_replaced_when_another_pair_selects_it(db_
         take_and_flag(
             db_session, competition, make_user(db_session, f"user-{index}", Role.annotator), item_id
         )
-    later = service.store_pair_subset(
+    later = store_pair_subset(
         db_session=db_session,
         competition=competition,
         classifier_a_id=a,
@@ -237,12 +241,11 @@ def test_a_flagger_is_not_asked_the_image_again(db_session, competition):
     competition.k = 1
     labelling_competition(db_session, competition, classifiers=2, images_per_pair=2)
     user = make_user(db_session, "flagger", Role.annotator)
-    item = service.next_item(db_session=db_session, competition=competition, user=user).item
+    item = next_item(db_session=db_session, competition=competition, user=user).item
     assert (
-        service.flag_image(db_session=db_session, competition=competition, user=user, item_id=item.item_id)
-        is False
+        flag_image(db_session=db_session, competition=competition, user=user, item_id=item.item_id) is False
     )
-    assert service.next_item(db_session=db_session, competition=competition, user=user).status == "finished"
+    assert next_item(db_session=db_session, competition=competition, user=user).status == "finished"
 
 
 def test_a_flag_on_an_image_decided_or_discarded_meanwhile_is_refused(db_session, competition):
@@ -251,34 +254,30 @@ def test_a_flag_on_an_image_decided_or_discarded_meanwhile_is_refused(db_session
     first_image = roles(db_session, subset)[0][0]
     first_item = db_session.scalar(select(LabelItem.id).where(LabelItem.image_id == first_image))
     late, *voters = [make_user(db_session, f"user-{index}", Role.annotator) for index in range(4)]
-    assert service.next_item(db_session=db_session, competition=competition, user=late).item.item_id == (
-        first_item
-    )
+    assert next_item(db_session=db_session, competition=competition, user=late).item.item_id == (first_item)
     db_session.execute(update(Assignment).values(expires_at=utcnow() - timedelta(seconds=1)))
     for voter in voters:  # the late annotator's lease ran out; three others decide both questions
         assert answer_next(db_session, competition, voter, True).item_id == first_item
     with pytest.raises(Conflict, match="decided meanwhile"):
-        service.flag_image(db_session=db_session, competition=competition, user=late, item_id=first_item)
+        flag_image(db_session=db_session, competition=competition, user=late, item_id=first_item)
     db_session.rollback()
     item = db_session.get(LabelItem, first_item, populate_existing=True)
     assert (item.flags, item.discarded) == (0, False)
     assert roles(db_session, subset)[0] == (first_image, "selected")
 
     second_item = db_session.scalar(select(LabelItem.id).where(LabelItem.image_id != first_image))
-    assert service.next_item(db_session=db_session, competition=competition, user=late).item.item_id == (
-        second_item
-    )
+    assert next_item(db_session=db_session, competition=competition, user=late).item.item_id == (second_item)
     flaggers = [make_user(db_session, f"flagger-{index}", Role.annotator) for index in range(4)]
     assert [take_and_flag(db_session, competition, f, second_item) for f in flaggers][-1] is True
     with pytest.raises(Conflict, match="discarded this image meanwhile"):
-        service.flag_image(db_session=db_session, competition=competition, user=late, item_id=second_item)
+        flag_image(db_session=db_session, competition=competition, user=late, item_id=second_item)
 
 
 def test_a_new_question_on_a_finished_image_is_asked_to_those_who_finished_it(db_session, competition):
     competition.k = 1
     a, b, c = add_classifiers(db_session, competition, 3)
     (image,) = add_images(db_session, competition, 1)
-    service.store_pair_subset(
+    store_pair_subset(
         db_session=db_session,
         competition=competition,
         classifier_a_id=a,
@@ -287,15 +286,15 @@ def test_a_new_question_on_a_finished_image_is_asked_to_those_who_finished_it(db
     )
     user = make_user(db_session, "early", Role.annotator)
     answer_next(db_session, competition, user, True)
-    assert service.next_item(db_session=db_session, competition=competition, user=user).item is None
-    service.store_pair_subset(  # Algorithm 2: a new classifier's pair selects the same image
+    assert next_item(db_session=db_session, competition=competition, user=user).item is None
+    store_pair_subset(  # Algorithm 2: a new classifier's pair selects the same image
         db_session=db_session,
         competition=competition,
         classifier_a_id=a,
         classifier_b_id=c,
         entries=entries([image], [(1, 9)]),
     )
-    item = service.next_item(db_session=db_session, competition=competition, user=user).item
+    item = next_item(db_session=db_session, competition=competition, user=user).item
     assert [q.class_index for q in item.questions] == [9]
     assert db_session.scalar(select(func.count()).select_from(Assignment)) == 1
 
@@ -304,10 +303,7 @@ def test_discarding_an_image_promotes_each_pairs_reserve_once(db_session, compet
     competition.k = 1
     (subset,) = labelling_competition(db_session, competition, classifiers=2, images_per_pair=2)
     selected, reserve = (image_id for image_id, _ in roles(db_session, subset))
-    assert service.discard_image(db_session=db_session, competition=competition, image_id=selected) is True
+    assert discard_image(db_session=db_session, competition=competition, image_id=selected) is True
     assert roles(db_session, subset) == [(selected, "discarded"), (reserve, "selected")]
-    assert service.discard_image(db_session=db_session, competition=competition, image_id=selected) is False
-    assert (
-        service.discard_image(db_session=db_session, competition=competition, image_id=reserve + 1000)
-        is False
-    )
+    assert discard_image(db_session=db_session, competition=competition, image_id=selected) is False
+    assert discard_image(db_session=db_session, competition=competition, image_id=reserve + 1000) is False

@@ -3,7 +3,7 @@
 import pytest
 
 from app.labelling.schemas import QuestionRead
-from app.labelling.service import PresentedQuestion
+from app.labelling.types import PresentedQuestion
 
 
 @pytest.mark.parametrize(
@@ -18,5 +18,5 @@ from app.labelling.service import PresentedQuestion
     ],
 )
 def test_question_text_uses_the_spoken_article(class_name, text):
-    question = PresentedQuestion(question_id=1, class_index=0, class_name=class_name)
+    question = PresentedQuestion(question_id=1, class_index=0, class_name=class_name, definition="")
     assert QuestionRead.of(question).text == text

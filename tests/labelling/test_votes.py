@@ -5,11 +5,15 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import func, select, update
 
-from app.db import utcnow
+from app.db.base import utcnow
 from app.errors import Conflict, InvalidInput
 from app.images.models import Image
-from app.labelling import service
+from app.labelling.annotators import annotator_stats, set_votes_excluded
+from app.labelling.answers import submit_answers
+from app.labelling.gold import add_gold_questions
 from app.labelling.models import Assignment, LabelItem, Question, Vote
+from app.labelling.queue import next_item
+from app.labelling.types import Answer
 from app.users.models import Role
 from tests.conftest import make_user
 from tests.labelling.factories import add_images, answer_next, labelling_competition
@@ -44,7 +48,7 @@ def test_three_concordant_votes_of_five_decide_and_stop_the_asking(db_session, c
     answer_next(db_session, competition, users[2], True)
     assert [counts(db_session, q) for q in questions] == [(3, 0, True, 3)] * 2
     assert all(q.decided_at is not None for q in questions)
-    fourth = service.next_item(db_session=db_session, competition=competition, user=users[3])
+    fourth = next_item(db_session=db_session, competition=competition, user=users[3])
     assert fourth.item is None and fourth.status == "finished"
 
 
@@ -62,18 +66,18 @@ def test_split_votes_go_on_to_the_fifth_annotator_and_never_past_the_panel(db_se
 def test_an_answer_to_a_question_decided_meanwhile_is_not_stored(db_session, competition):
     questions = one_image_competition(db_session, competition)
     users = annotators(db_session, 4)
-    assert service.next_item(db_session=db_session, competition=competition, user=users[3]).item is not None
+    assert next_item(db_session=db_session, competition=competition, user=users[3]).item is not None
     db_session.execute(  # users[3] keeps the image past its lease: the others take its place
         update(Assignment).values(expires_at=utcnow() - timedelta(seconds=1))
     )
     db_session.commit()
     for user in users[:3]:
         answer_next(db_session, competition, user, True)
-    late = service.submit_answers(
+    late = submit_answers(
         db_session=db_session,
         competition=competition,
         user=users[3],
-        answers=[service.Answer(q.id, False, 1.0) for q in questions],
+        answers=[Answer(q.id, False, 1.0) for q in questions],
     )
     assert late.recorded == 0 and sorted(late.already_decided) == [q.id for q in questions]
     assert [counts(db_session, q) for q in questions] == [(3, 0, True, 3)] * 2
@@ -83,19 +87,19 @@ def test_resending_an_answer_is_a_no_op_and_changing_it_needs_undo(db_session, c
     questions = one_image_competition(db_session, competition)
     (user,) = annotators(db_session, 1)
     answer_next(db_session, competition, user, True)
-    again = service.submit_answers(
+    again = submit_answers(
         db_session=db_session,
         competition=competition,
         user=user,
-        answers=[service.Answer(questions[0].id, True, 1.0)],
+        answers=[Answer(questions[0].id, True, 1.0)],
     )
     assert again.recorded == 0
     with pytest.raises(Conflict, match="undo"):
-        service.submit_answers(
+        submit_answers(
             db_session=db_session,
             competition=competition,
             user=user,
-            answers=[service.Answer(questions[0].id, False, 1.0)],
+            answers=[Answer(questions[0].id, False, 1.0)],
         )
     db_session.rollback()
     assert counts(db_session, questions[0])[:2] == (1, 0)
@@ -108,7 +112,7 @@ def test_excluded_votes_do_not_count_and_toggling_exclusion_re_decides(db_sessio
         answer_next(db_session, competition, user, True)
     assert [counts(db_session, q)[2] for q in questions] == [True, True]
 
-    service.set_votes_excluded(db_session=db_session, user=users[0], votes_excluded=True)
+    set_votes_excluded(db_session=db_session, user=users[0], votes_excluded=True)
     db_session.commit()
     assert [counts(db_session, q) for q in questions] == [(2, 0, None, 3)] * 2
     assert all(q.decided_at is None for q in questions)
@@ -117,7 +121,7 @@ def test_excluded_votes_do_not_count_and_toggling_exclusion_re_decides(db_sessio
     assert answer_next(db_session, competition, users[3], False) is not None  # reopened for a fourth person
     assert [counts(db_session, q) for q in questions] == [(2, 1, None, 4)] * 2
 
-    service.set_votes_excluded(db_session=db_session, user=users[0], votes_excluded=False)
+    set_votes_excluded(db_session=db_session, user=users[0], votes_excluded=False)
     db_session.commit()
     assert [counts(db_session, q) for q in questions] == [(3, 1, True, 4)] * 2
     db_session.refresh(item)
@@ -127,7 +131,7 @@ def test_excluded_votes_do_not_count_and_toggling_exclusion_re_decides(db_sessio
 def test_an_excluded_annotator_still_labels_but_is_not_counted(db_session, competition):
     questions = one_image_competition(db_session, competition)
     users = annotators(db_session, 4)
-    service.set_votes_excluded(db_session=db_session, user=users[0], votes_excluded=True)
+    set_votes_excluded(db_session=db_session, user=users[0], votes_excluded=True)
     for user in users:
         answer_next(db_session, competition, user, True)
     assert [counts(db_session, q) for q in questions] == [(3, 0, True, 4)] * 2
@@ -138,7 +142,7 @@ def test_gold_questions_are_mixed_in_and_measure_accuracy(db_session, competitio
     competition.gold_rate = 0.5
     (gold_image,) = add_images(db_session, competition, 1, seed=99)  # selected by no pair
     image = db_session.get(Image, gold_image)
-    gold = service.add_gold_questions(
+    gold = add_gold_questions(
         db_session=db_session,
         competition=competition,
         image_sha256=image.sha256,
@@ -147,15 +151,18 @@ def test_gold_questions_are_mixed_in_and_measure_accuracy(db_session, competitio
     db_session.commit()
     (user,) = annotators(db_session, 1)
 
-    first = answer_next(db_session, competition, user, False)  # gold comes first: one right, one wrong
-    assert sorted(q.question_id for q in first.questions) == sorted(q.id for q in gold)
+    given = [answer_next(db_session, competition, user, False) for _ in range(2)]  # no, no: one gold is right
+    assert answer_next(db_session, competition, user) is None  # gold at random or when nothing else is left
+    gold_ids = sorted(q.id for q in gold)
+    assert sorted(sorted(q.question_id for q in item.questions) == gold_ids for item in given) == [
+        False,
+        True,
+    ]
     for question in gold:
         db_session.refresh(question)
     assert [q.outcome for q in gold] == [True, False]
     assert all(q.yes_votes == q.no_votes == 0 for q in gold)
-    second = answer_next(db_session, competition, user, True)  # 2 gold of 2 answers: a regular item now
-    assert not {q.id for q in gold} & {q.question_id for q in second.questions}
-    (stats,) = service.annotator_stats(db_session=db_session, competition=competition, user_ids=[user.id])
+    (stats,) = annotator_stats(db_session=db_session, competition=competition, user_ids=[user.id])
     assert (stats.answered_total, stats.gold_answered, stats.gold_correct) == (4, 2, 1)
     assert stats.gold_accuracy == 0.5
 
@@ -164,7 +171,7 @@ def test_a_gold_image_must_show_two_questions_like_the_others(db_session, compet
     one_image_competition(db_session, competition)
     (lone,) = add_images(db_session, competition, 1, seed=98)  # selected by no pair
     with pytest.raises(InvalidInput, match="two questions"):
-        service.add_gold_questions(
+        add_gold_questions(
             db_session=db_session,
             competition=competition,
             image_sha256=db_session.get(Image, lone).sha256,
@@ -177,7 +184,7 @@ def test_a_gold_image_must_show_two_questions_like_the_others(db_session, compet
 def test_a_gold_answer_decides_an_open_question(db_session, competition):
     questions = one_image_competition(db_session, competition)
     image = db_session.get(Image, questions[0].image_id)
-    service.add_gold_questions(
+    add_gold_questions(
         db_session=db_session,
         competition=competition,
         image_sha256=image.sha256,

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
-from app.classifiers.models import Classifier, ClassifierSource, ClassifierStatus
+from app.classifiers.enums import ClassifierSource, ClassifierStatus
+from app.classifiers.models import Classifier
 from app.competitions.models import Competition
 from app.labelling.models import Question, Vote
 from tests.leaderboard.scenario import (
@@ -14,8 +15,7 @@ from tests.leaderboard.scenario import (
     annotators,
     corpus,
     digits_competition,
-    noisy_predictions,
-    register,
+    register_noisy,
     run_select_jobs,
     vote,
 )
@@ -66,22 +66,11 @@ def build_voted(db_session, settings, tmp_path) -> VotedCompetition:
     hashes = corpus(db_session, settings, competition, N_IMAGES)
     db_session.commit()
     truth, second = truth_of(N_IMAGES)
-    top1, registered = {}, []
-    for seed, (name, accuracy, reported) in enumerate((*ACTIVE, RETIRED)):
-        labels = noisy_predictions(truth, accuracy, seed, second)
-        classifier = register(
-            db_session,
-            settings,
-            competition,
-            tmp_path,
-            name,
-            hashes,
-            labels,
-            reported_accuracy=reported,
-            seed=seed,
-        )
-        top1[classifier.id] = labels
-        registered.append(classifier)
+    predicting = register_noisy(
+        db_session, settings, competition, tmp_path, hashes, truth, (*ACTIVE, RETIRED), second
+    )
+    registered = list(predicting)
+    top1 = {classifier.id: labels for classifier, labels in predicting.items()}
     run_select_jobs(db_session, settings)
     world = VotedCompetition(
         competition, hashes, truth, second, registered[:-1], registered[-1], None, None, top1, set()

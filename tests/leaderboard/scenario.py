@@ -18,10 +18,14 @@ from app.competitions.schemas import CompetitionCreate
 from app.competitions.service import competition_taxonomy, create_competition
 from app.core.selection import select_pair
 from app.images.models import Image
+from app.images.service import competition_image_count
 from app.images.store import ImageStore
 from app.jobs import service as jobs_service
-from app.jobs.models import JobKind
-from app.labelling import service as labelling_service
+from app.jobs.enums import JobKind
+from app.jobs.lifecycle import enqueue_classifier
+from app.labelling.answers import submit_answers
+from app.labelling.queue import next_item
+from app.labelling.types import Answer
 from app.settings import Settings
 from app.users import service as users_service
 from app.users.models import Role, User
@@ -62,7 +66,7 @@ def digits_competition(db_session: Session, name: str = "digits", k: int = 6) ->
 
 def corpus(db_session: Session, settings: Settings, competition: Competition, n: int) -> list[str]:
     """n images in the competition with files and thumbnails in the store; their hashes by ordinal."""
-    image_ids = add_images(db_session, competition, n, ImageStore(settings.data_dir))
+    image_ids = add_images(db_session, competition, n, ImageStore(settings.blob_store))
     sha256_of = dict(db_session.execute(select(Image.id, Image.sha256).where(Image.id.in_(image_ids))).all())
     return [sha256_of[image_id] for image_id in image_ids]
 
@@ -105,8 +109,39 @@ def register(
         predictions_file=path,
         reported_accuracy=reported_accuracy,
     )
+    enqueue_classifier(db_session=db_session, settings=settings, classifier=classifier)
     db_session.commit()
     return classifier
+
+
+def register_noisy(
+    db_session: Session,
+    settings: Settings,
+    competition: Competition,
+    tmp_path: Path,
+    hashes: Sequence[str],
+    truth: np.ndarray,
+    specs: Sequence[tuple[str, float, float | None]],
+    second: np.ndarray | None = None,
+) -> dict[Classifier, np.ndarray]:
+    """A classifier registered per (name, accuracy, reported accuracy) of `specs`, in order, predicting
+    noisy_predictions(truth, accuracy, its position, second): each with its top-1 labels."""
+    registered = {}
+    for seed, (name, accuracy, reported) in enumerate(specs):
+        labels = noisy_predictions(truth, accuracy, seed, second)
+        classifier = register(
+            db_session,
+            settings,
+            competition,
+            tmp_path,
+            name,
+            hashes,
+            labels,
+            reported_accuracy=reported,
+            seed=seed,
+        )
+        registered[classifier] = labels
+    return registered
 
 
 def run_select_jobs(db_session: Session, settings: Settings) -> list[tuple[int, int]]:
@@ -117,7 +152,7 @@ def run_select_jobs(db_session: Session, settings: Settings) -> list[tuple[int, 
         (job,) = jobs
         assert job.kind == JobKind.select
         competition = db_session.get_one(Competition, job.competition_id)
-        n_images = jobs_service.competition_image_count(db_session=db_session, competition_id=competition.id)
+        n_images = competition_image_count(db_session=db_session, competition_id=competition.id)
         a, b = (
             classifiers_service.read_predictions(
                 settings=settings, classifier=db_session.get_one(Classifier, classifier_id), n_images=n_images
@@ -172,19 +207,16 @@ def vote(
     labelled = 0
     for voter in voters:
         for _ in range(limit if limit is not None else 10**6):
-            item = labelling_service.next_item(
-                db_session=db_session, competition=competition, user=voter
-            ).item
+            item = next_item(db_session=db_session, competition=competition, user=voter).item
             if item is None:
                 break
             ordinal = ordinal_of[item.image_sha256]
-            labelling_service.submit_answers(
+            submit_answers(
                 db_session=db_session,
                 competition=competition,
                 user=voter,
                 answers=[
-                    labelling_service.Answer(q.question_id, contains(ordinal, q.class_index), 1.0)
-                    for q in item.questions
+                    Answer(q.question_id, contains(ordinal, q.class_index), 1.0) for q in item.questions
                 ],
             )
             db_session.commit()

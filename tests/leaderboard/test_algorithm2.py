@@ -4,7 +4,8 @@ and reuses the answers already given, so the leaderboard grows by one row and co
 import numpy as np
 from sqlalchemy import select
 
-from app.jobs.models import Job, JobKind
+from app.jobs.enums import JobKind
+from app.jobs.models import Job
 from app.labelling.models import PairImage, PairImageRole, PairSubset, Question
 from tests.leaderboard.scenario import (
     annotators,

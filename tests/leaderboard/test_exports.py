@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from sqlalchemy import select
 
 from app.core.analysis import case_shares, krcc, ranking_stability, srcc
 from app.core.ranking import (
@@ -22,10 +23,11 @@ from app.core.ranking import (
     rank_classifiers,
     ranks_from_scores,
 )
+from app.images.models import Image
 from app.labelling import rules
 from app.leaderboard.exports import TABLES
 from app.leaderboard.router import export_sessions
-from app.leaderboard.service import PROVISIONAL_RANK_SPREAD, STABLE_K
+from app.leaderboard.standings import PROVISIONAL_RANK_SPREAD, STABLE_K
 
 FORMATS = ("csv", "parquet", "jsonl")
 
@@ -140,11 +142,11 @@ def test_every_leaderboard_number_is_recomputed_from_the_exports(exporting, vote
     assert column("rank_low") == intervals.rank_low.tolist()
     assert column("rank_high") == intervals.rank_high.tolist()
     assert np.allclose(column("hodge_score"), ranking.hodge)
-    assert column("hodge_rank") == ranks_from_scores(ranking.hodge).tolist()
+    assert column("hodge_rank") == ranking.ranks_of(ranking.hodge).tolist()
     assert np.allclose(column("bradley_terry_score"), ranking.bradley_terry)
-    assert column("bradley_terry_rank") == ranks_from_scores(ranking.bradley_terry).tolist()
+    assert column("bradley_terry_rank") == ranking.ranks_of(ranking.bradley_terry).tolist()
     assert np.allclose(column("win_rate"), ranking.win_rate)
-    assert column("win_rate_rank") == ranks_from_scores(ranking.win_rate).tolist()
+    assert column("win_rate_rank") == ranking.ranks_of(ranking.win_rate).tolist()
     assert column("labelled_images") == counts.n.sum(axis=1).tolist()
     fewest = np.where(np.eye(len(ids), dtype=bool), counts.n.max() + 1, counts.n).min(axis=1)
     assert column("fewest_labelled_in_a_pair") == fewest.tolist()
@@ -162,7 +164,11 @@ def test_every_leaderboard_number_is_recomputed_from_the_exports(exporting, vote
         }
     )
 
-    reporting = [i for i, c in enumerate(ranked) if c["reported_accuracy"] is not None]
+    reporting = [  # Δrank and the correlations compare only classifiers with labels
+        i
+        for i, c in enumerate(ranked)
+        if c["reported_accuracy"] is not None and not counts.without_evidence[i]
+    ]
     assert 2 <= len(reporting) < len(ranked)
     accuracy_ranks = ranks_from_scores([ranked[i]["reported_accuracy"] for i in reporting])
     mad_ranks = ranks_from_scores(ranking.perron.scores[reporting])
@@ -186,13 +192,12 @@ def test_every_leaderboard_number_is_recomputed_from_the_exports(exporting, vote
             (at, local[a], local[b], ra, rb) for at, a, b, ra, rb in replay[:cut] if a in local and b in local
         ]
         by_pair = pair_outcomes_of(kept, {(a, b) for _, a, b, _, _ in kept})
-        scores = perron_rank(
-            dominance_matrix(pairwise_accuracy(count_outcomes(by_pair, len(present)), alpha))
-        ).scores
+        point_counts = count_outcomes(by_pair, len(present))
+        scores = perron_rank(dominance_matrix(pairwise_accuracy(point_counts, alpha))).scores
         assert (utc(point["as_of"]), point["labelled_images"]) == (as_of, int(cut))
         assert point["classifier_ids"] == [ids[i] for i in present]
         assert np.allclose(point["mad_scores"], scores)
-        assert point["mad_ranks"] == ranks_from_scores(scores).tolist()
+        assert point["mad_ranks"] == ranks_from_scores(scores, point_counts.without_evidence).tolist()
 
     analysis = exporting.get(f"/api/v1/classifiers/{ids[0]}/analysis").json()
     curve = ranking_stability(pair_outcomes_of(labels, pairs), len(ids), k=competition["k"], alpha=alpha)
@@ -275,3 +280,29 @@ def test_every_export_is_for_admins_only(exporting, voted, annotator_headers):
         url = f"/api/v1/competitions/{voted.competition.id}/exports/{table}"
         assert exporting.get(url).status_code == 401
         assert exporting.get(url, headers=annotator_headers).status_code == 403
+
+
+def test_the_subsets_export_carries_each_image_provenance(exporting, voted, admin_headers, db_session):
+    subsets = fetch(exporting, voted.competition.id, "subsets", "csv", admin_headers)
+    image = db_session.scalar(select(Image).where(Image.sha256 == subsets[0]["image_sha256"]))
+    image.source_uri, image.source_url, image.license, image.author = (
+        "s3://corpus/x.jpg",
+        "https://example.org/x",
+        "CC BY 4.0",
+        "Ada",
+    )
+    db_session.flush()
+    for export_format in FORMATS:
+        rows = fetch(exporting, voted.competition.id, "subsets", export_format, admin_headers)
+        row = next(row for row in rows if row["image_sha256"] == image.sha256)
+        assert (
+            row["image_source_uri"],
+            row["image_source_url"],
+            row["image_license"],
+            row["image_author"],
+        ) == (
+            "s3://corpus/x.jpg",
+            "https://example.org/x",
+            "CC BY 4.0",
+            "Ada",
+        )

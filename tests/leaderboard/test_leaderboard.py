@@ -11,6 +11,15 @@ from app.core.analysis import case_shares, krcc, srcc
 from app.core.ranking import bootstrap_perron, count_outcomes, rank_classifiers, ranks_from_scores
 from app.images.models import CompetitionImage
 from app.labelling.models import PairImage, PairImageRole, PairSubset
+from tests.leaderboard.scenario import (
+    N_CLASSES,
+    annotators,
+    corpus,
+    digits_competition,
+    register,
+    run_select_jobs,
+    vote,
+)
 
 
 def expected_outcomes(db_session, voted, classifier_ids):
@@ -74,11 +83,11 @@ def test_the_leaderboard_of_hand_made_votes_is_what_the_core_computes(
     assert np.allclose([row["score_high"] for row in standings], intervals.score_high)
     assert [row["rank_low"] for row in standings] == intervals.rank_low.tolist()
     assert [row["rank_high"] for row in standings] == intervals.rank_high.tolist()
-    assert [row["hodge_rank"] for row in standings] == ranks_from_scores(ranking.hodge).tolist()
-    assert [row["bradley_terry_rank"] for row in standings] == ranks_from_scores(
+    assert [row["hodge_rank"] for row in standings] == ranking.ranks_of(ranking.hodge).tolist()
+    assert [row["bradley_terry_rank"] for row in standings] == ranking.ranks_of(
         ranking.bradley_terry
     ).tolist()
-    assert [row["win_rate_rank"] for row in standings] == ranks_from_scores(ranking.win_rate).tolist()
+    assert [row["win_rate_rank"] for row in standings] == ranking.ranks_of(ranking.win_rate).tolist()
     assert [row["labelled_images"] for row in standings] == counts.n.sum(axis=1).tolist()
     assert all(row["provisional"] for row in standings)  # k = 6 < 15 labelled images per pair
 
@@ -187,8 +196,6 @@ def test_every_number_of_the_json_leaderboard_is_in_a_csv_table(client, voted):
 def test_an_empty_competition_and_a_lone_classifier_have_a_leaderboard(
     client, db_session, settings, tmp_path
 ):
-    from tests.leaderboard.scenario import corpus, digits_competition, register
-
     competition = digits_competition(db_session, name="lonely")
     hashes = corpus(db_session, settings, competition, 5)
     db_session.commit()
@@ -200,44 +207,95 @@ def test_an_empty_competition_and_a_lone_classifier_have_a_leaderboard(
     )
     (solo,) = client.get(url).json()["classifiers"]
     assert (solo["mad_rank"], solo["mad_score"], solo["provisional"]) == (1, 1.0, True)
-    assert (solo["accuracy_rank"], solo["delta_rank"]) == (1, 0)
+    assert (solo["accuracy_rank"], solo["delta_rank"]) == (None, None)  # nothing labelled, nothing compared
 
 
-def test_history_replays_the_labels_up_to_the_current_ranking(client, voted):
-    board = client.get(f"/api/v1/competitions/{voted.competition.id}/leaderboard").json()
-    history = client.get(f"/api/v1/competitions/{voted.competition.id}/leaderboard/history").json()
-    points = history["points"]
-    assert 2 <= len(points) <= 24
-    labelled = [point["labelled_images"] for point in points]
-    assert labelled == sorted(labelled) and labelled[-1] == board["case_shares"]["images"]
-    assert [point["as_of"] for point in points] == sorted(point["as_of"] for point in points)
-    last = points[-1]
-    assert last["classifier_ids"] == board["matrices"]["classifier_ids"]
-    assert last["mad_ranks"] == [row["mad_rank"] for row in board["classifiers"]]
-    assert np.allclose(last["mad_scores"], [row["mad_score"] for row in board["classifiers"]])
-    assert set(history["classifier_names"].values()) == {c.name for c in voted.active} | {"omega"}
+def off_by(truth: np.ndarray, accuracy: float, shift: int, seed: int) -> np.ndarray:
+    """Top-1 labels equal to the truth with probability `accuracy`, else the digit `shift` above it."""
+    right = np.random.default_rng(seed).random(len(truth)) < accuracy
+    return np.where(right, truth, (truth + shift) % N_CLASSES)
 
 
-def test_a_pair_gallery_marks_each_prediction_right_or_wrong_once_decided(client, db_session, voted):
-    a, b = voted.active[0], voted.active[1]
-    gallery = client.get(f"/api/v1/competitions/{voted.competition.id}/pairs/{b.id}/{a.id}").json()
-    assert (gallery["classifier_a"]["name"], gallery["classifier_b"]["name"]) == (a.name, b.name)
-    assert (
-        len(gallery["selected"]) + gallery["withheld"] == voted.competition.k and gallery["discarded"] == []
+def three_classifiers(db_session, settings, tmp_path, name: str):
+    """A digits competition of 40 images and three classifiers (with reported accuracies) that are right or
+    wrong by one digit, their pairs selected; its id, image hashes and true digits."""
+    competition = digits_competition(db_session, name=name)
+    hashes = corpus(db_session, settings, competition, 40)
+    db_session.commit()
+    truth = np.random.default_rng(3).integers(0, N_CLASSES, 40)
+    for seed, (classifier, accuracy, reported) in enumerate(
+        (("alpha", 0.8, 80.0), ("beta", 0.5, 70.0), ("gamma", 0.3, 60.0))
+    ):
+        register(
+            db_session,
+            settings,
+            competition,
+            tmp_path,
+            classifier,
+            hashes,
+            off_by(truth, accuracy, 1, seed),
+            reported,
+            seed,
+        )
+    run_select_jobs(db_session, settings)
+    return competition, hashes, truth
+
+
+def test_without_labels_no_classifier_claims_a_settled_rank(client, db_session, settings, tmp_path):
+    """No label at all: every interval spans every rank, every classifier is provisional, the four rankings
+    tie (Bradley–Terry's ±1e-16 included), Δrank and the correlations wait, and each pair says how many
+    annotators it waits for; one annotator's answers bring that down by one."""
+    competition, hashes, truth = three_classifiers(db_session, settings, tmp_path, "unlabelled")
+    url = f"/api/v1/competitions/{competition.id}/leaderboard"
+
+    board = client.get(url).json()
+    m = len(board["classifiers"])
+    for row in board["classifiers"]:
+        assert (row["rank_low"], row["rank_high"], row["provisional"]) == (1, m, True)
+        assert (row["score_low"], row["score_high"]) == (0.0, 1.0)
+        ranks = [row[key] for key in ("mad_rank", "hodge_rank", "bradley_terry_rank", "win_rate_rank")]
+        assert ranks == [1, 1, 1, 1]
+        assert (row["accuracy_rank"], row["delta_rank"], row["labelled_images"]) == (None, None, 0)
+    assert (board["srcc"], board["krcc"], board["correlated_classifiers"]) == (None, None, 0)
+    assert board["panel_size"] == 5
+    waiting = board["pairs_without_labels"]
+    assert len(waiting) == m * (m - 1) // 2
+    assert all(pair["selected"] and pair["annotators_needed"] == 3 for pair in waiting)  # 3 of 5 agree
+
+    (voter,) = annotators(db_session, 1)
+    vote(db_session, competition, [voter], lambda ordinal, c: c == truth[ordinal], hashes, limit=3)
+    needed = [pair["annotators_needed"] for pair in client.get(url).json()["pairs_without_labels"]]
+    assert len(needed) == m * (m - 1) // 2 and min(needed) == 2 and set(needed) <= {2, 3}
+
+    page = client.get(f"/competitions/{competition.id}/leaderboard").text
+    assert page.count(f"1–{m}</td>") == m and page.count(">no labels yet</td>") == m
+    text = " ".join(page.split())
+    assert f"No labels yet for {m} of {m} pairs: alpha vs beta (" in text
+    assert all(f"{count} more annotators needed" in text for count in needed)
+    assert "a question is decided once 3 of a panel of 5 annotators agree" in text
+
+
+def test_a_classifier_added_later_ranks_after_every_classifier_with_labels(
+    client, db_session, settings, tmp_path
+):
+    """It used to be ranked 2 with the interval 2–2, above classifiers with labels, from b = 1 alone. Its
+    labels (three digits above the truth) were never asked about, so none of its images is labelled."""
+    competition, hashes, truth = three_classifiers(db_session, settings, tmp_path, "later")
+    vote(db_session, competition, annotators(db_session, 3), lambda o, c: c == truth[o], hashes)
+    late = register(
+        db_session, settings, competition, tmp_path, "late", hashes, (truth + 3) % N_CLASSES, 99.0, seed=9
     )
-    assert gallery["selected"]  # only images with every question decided (tests/reliability/test_leaks.py)
-    names = voted.competition.class_names
-    for image in gallery["selected"]:
-        ordinal = voted.hashes.index(image["image_sha256"])
-        assert image["label_a"] == names[voted.top1[a.id][ordinal]]
-        assert image["label_b"] == names[voted.top1[b.id][ordinal]]
-        assert image["correct_a"] == voted.contains(ordinal, int(voted.top1[a.id][ordinal]))
-        assert image["correct_b"] == voted.contains(ordinal, int(voted.top1[b.id][ordinal]))
-        assert image["case"] == 3 - image["correct_a"] - image["correct_b"]
-    board = client.get(f"/api/v1/competitions/{voted.competition.id}/leaderboard").json()
-    ids = board["matrices"]["classifier_ids"]
-    i, j = ids.index(a.id), ids.index(b.id)
-    assert gallery["labelled"] == board["matrices"]["labelled"][i][j] >= len(gallery["selected"])
-    assert gallery["correct_a"] >= sum(image["correct_a"] for image in gallery["selected"])
-    missing = client.get(f"/api/v1/competitions/{voted.competition.id}/pairs/{a.id}/{voted.failed.id}")
-    assert missing.status_code == 404
+    run_select_jobs(db_session, settings)
+    board = client.get(f"/api/v1/competitions/{competition.id}/leaderboard").json()
+    standings = {row["name"]: row for row in board["classifiers"]}
+    row = standings["late"]
+    assert (row["mad_rank"], row["rank_low"], row["rank_high"], row["provisional"]) == (4, 1, 4, True)
+    assert (row["labelled_images"], row["accuracy_rank"], row["delta_rank"]) == (0, None, None)
+    assert [standings[name]["mad_rank"] for name in ("alpha", "beta", "gamma")] == [1, 2, 3]
+    assert all(standings[name]["rank_high"] <= 3 for name in ("alpha", "beta", "gamma"))
+    assert board["correlated_classifiers"] == 3 and board["srcc"] == pytest.approx(1.0)
+    waiting = board["pairs_without_labels"]
+    assert sorted(pair["classifier_a_id"] for pair in waiting) == sorted(
+        standings[name]["classifier_id"] for name in ("alpha", "beta", "gamma")
+    )
+    assert all(pair["classifier_b_id"] == late.id and pair["annotators_needed"] == 3 for pair in waiting)

@@ -27,7 +27,7 @@ def test_the_leaderboard_page_shows_table_1_the_heatmap_and_the_pairs(client, vo
     assert f"{board['lambda_max']:.4f}" in text
     assert any(standing["provisional"] for standing in board["classifiers"])
     rank_cells = dict(
-        re.findall(r'<tr data-classifier-id="(\d+)"[^>]*>\s*<td class="rank">(.*?)</td>', page.text)
+        re.findall(r'<tr data-classifier-id="(\d+)"[^>]*>\s*<td class="rank"[^>]*>(.*?)</td>', page.text)
     )
     for standing in board["classifiers"]:
         badge = re.fullmatch(

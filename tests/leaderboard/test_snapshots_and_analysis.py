@@ -8,7 +8,7 @@ from app.classifiers.service import read_predictions
 from app.competitions.service import competition_taxonomy
 from app.core.analysis import c_perplexity, ranking_stability, worst_class_precision, worst_superclass
 from app.labelling.models import PairImage, PairImageRole, PairSubset, Question
-from app.leaderboard.service import ranked_pairs
+from app.leaderboard.standings import ranked_pairs
 from tests.leaderboard.scenario import annotators, vote
 
 

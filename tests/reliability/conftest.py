@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app.db import create_db_engine, create_sessionmaker
+from app.db.engine import create_db_engine, create_sessionmaker
 from app.main import create_app
 from app.settings import Settings
 from tests.conftest import TEST_SECRET_KEY

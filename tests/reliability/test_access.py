@@ -16,7 +16,8 @@ from sqlalchemy import select
 from typer.testing import CliRunner
 
 from app.cli.main import app as cli
-from app.db import Base, create_db_engine
+from app.db.base import Base
+from app.db.engine import create_db_engine
 from app.labelling.router import labelling_call
 from app.main import create_app
 from app.settings import Settings
@@ -32,10 +33,16 @@ only; form: a sign-in form post, open to anyone holding the page's CSRF token.""
 ROUTES = {
     ("GET", "/"): PUBLIC,
     ("GET", "/healthz"): PUBLIC,
+    ("GET", "/docs"): PUBLIC,
+    ("GET", "/redoc"): PUBLIC,
+    ("GET", "/favicon.ico"): PUBLIC,
     ("GET", "/login"): PUBLIC,
     ("POST", "/login"): FORM,
     ("POST", "/logout"): FORM,
+    ("GET", "/account"): ANNOTATOR,
     ("GET", "/api/v1/me"): ACCOUNT,
+    ("PUT", "/api/v1/me/password"): ACCOUNT,
+    ("PUT", "/api/v1/users/{user_id}/password"): ADMIN,
     ("GET", "/api/v1/users"): ADMIN,
     ("POST", "/api/v1/users"): ADMIN,
     ("PATCH", "/api/v1/users/{user_id}"): ADMIN,
@@ -43,6 +50,7 @@ ROUTES = {
     ("GET", "/api/v1/competitions"): PUBLIC,
     ("POST", "/api/v1/competitions"): ADMIN,
     ("GET", "/api/v1/competitions/{competition_id}"): PUBLIC,
+    ("PATCH", "/api/v1/competitions/{competition_id}"): ADMIN,
     ("GET", "/api/v1/competitions/{competition_id}/classes"): PUBLIC,
     ("GET", "/api/v1/competitions/{competition_id}/images"): PUBLIC,
     ("POST", "/api/v1/competitions/{competition_id}/images"): ADMIN,
@@ -53,11 +61,13 @@ ROUTES = {
     ("POST", "/api/v1/competitions/{competition_id}/labelling/answers"): ANNOTATOR,
     ("POST", "/api/v1/competitions/{competition_id}/labelling/flags"): ANNOTATOR,
     ("POST", "/api/v1/competitions/{competition_id}/labelling/undo"): ANNOTATOR,
+    ("POST", "/api/v1/competitions/{competition_id}/labelling/skip"): ANNOTATOR,
     ("GET", "/api/v1/competitions/{competition_id}/labelling/me"): ANNOTATOR,
     ("GET", "/api/v1/competitions/{competition_id}/labelling/annotators"): ADMIN,
     ("GET", "/api/v1/competitions/{competition_id}/labelling/gold"): ADMIN,
     ("POST", "/api/v1/competitions/{competition_id}/labelling/gold"): ADMIN,
     ("GET", "/competitions/{competition_id}/label"): ANNOTATOR,
+    ("GET", "/competitions/{competition_id}/guidelines"): PUBLIC,
     ("GET", "/api/v1/competitions/{competition_id}/classifiers"): PUBLIC,
     ("POST", "/api/v1/competitions/{competition_id}/classifiers"): ADMIN,
     ("GET", "/api/v1/classifiers/{classifier_id}"): PUBLIC,
@@ -69,6 +79,7 @@ ROUTES = {
     ("POST", "/api/v1/jobs/{job_id}/predictions"): WORKER,
     ("POST", "/api/v1/jobs/{job_id}/selection"): WORKER,
     ("POST", "/api/v1/jobs/{job_id}/fail"): WORKER,
+    ("GET", "/api/v1/jobs/{job_id}/images.tar"): WORKER,
     ("GET", "/api/v1/jobs"): ADMIN,
     ("GET", "/api/v1/competitions/{competition_id}/progress"): ADMIN,
     ("GET", "/api/v1/competitions/{competition_id}/leaderboard"): PUBLIC,
@@ -88,6 +99,7 @@ ROUTES = {
     ("GET", "/competitions/{competition_id}/classifiers/{classifier_id}"): PUBLIC,
     ("GET", "/admin"): ADMIN,
     ("GET", "/admin/competitions/{competition_id}"): ADMIN,
+    ("GET", "/admin/competitions/{competition_id}/gold"): ADMIN,
 }
 GATES = {ADMIN: require_admin, ANNOTATOR: labelling_call, WORKER: require_worker, ACCOUNT: current_user}
 SIGNED_IN_BY_GATE = {ANNOTATOR}
@@ -101,7 +113,13 @@ ADMITTED = {
     ADMIN: {"admin"},
     FORM: set(),
 }
-SIGN_IN_PAGES = {"/admin", "/admin/competitions/{competition_id}", "/competitions/{competition_id}/label"}
+SIGN_IN_PAGES = {
+    "/account",
+    "/admin",
+    "/admin/competitions/{competition_id}",
+    "/admin/competitions/{competition_id}/gold",
+    "/competitions/{competition_id}/label",
+}
 
 
 def test_every_route_is_classified(app):

@@ -48,19 +48,18 @@ from PIL import Image as PILImage
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
-from app.classifiers.models import Classifier, ClassifierSource, ClassifierStatus
 from app.classifiers.prediction_store import PredictionStore
 from app.cli.main import app as cli
 from app.competitions.models import Competition
-from app.db import create_db_engine, create_sessionmaker
+from app.db.engine import create_db_engine, create_sessionmaker
 from app.images.models import CompetitionImage, Image
-from app.jobs.models import Job, JobStatus
-from app.jobs.service import enqueue_predictions
+from app.jobs.enums import JobStatus
+from app.jobs.models import Job
 from app.settings import Settings
-from app.users.models import Role
-from tests.conftest import TEST_SECRET_KEY, bearer, make_user
+from tests.conftest import TEST_SECRET_KEY
 from tests.jobs.test_classifier_registration import add_images, assert_nothing_stored, register
 from tests.support.images import image_bytes
+from tests.support.jobs import claimed_shard
 
 MAX_BYTES = 200_000
 MAX_PIXELS = 1_000_000
@@ -551,7 +550,9 @@ def test_bad_prediction_files_are_refused_and_nothing_is_stored(
         assert response.status_code == 422, (case, response.text)
         assert message in response.json()["detail"], (case, response.json()["detail"])
         assert_nothing_stored(db_session, settings)
-        assert not settings.predictions_dir.exists() or not any(settings.predictions_dir.rglob("*")), case
+        assert not (settings.data_dir / "predictions").exists() or not any(
+            (settings.data_dir / "predictions").rglob("*")
+        ), case
 
 
 def shard(n: int, **changes) -> bytes:
@@ -571,21 +572,7 @@ def test_bad_prediction_shards_from_a_worker_are_refused_and_the_job_completes_o
     client, db_session, competition, settings
 ):
     n = 5
-    add_images(db_session, competition, n)
-    classifier = Classifier(
-        competition_id=competition.id,
-        name="remote",
-        source=ClassifierSource.timm_pretrained,
-        pretrained_tag="resnet18.a1_in1k",
-        architecture="resnet18",
-        status=ClassifierStatus.predicting,
-    )
-    db_session.add(classifier)
-    db_session.flush()
-    (job,) = enqueue_predictions(db_session=db_session, classifier=classifier, max_attempts=3, shard_size=100)
-    db_session.commit()
-    worker = bearer(db_session, make_user(db_session, "gpu-box", Role.worker))
-    (claimed,) = client.post("/api/v1/jobs/claim", json={"worker": "gpu-box"}, headers=worker).json()["jobs"]
+    claim = claimed_shard(client, db_session, competition, n)
     nan = np.full(n, 0.9, np.float32)
     nan[2] = np.nan
     bad = {
@@ -604,27 +591,27 @@ def test_bad_prediction_shards_from_a_worker_are_refused_and_the_job_completes_o
         ),
         "negative-entropy": (shard(n, entropy_bits=np.full(n, -1, np.float32)), "entropy_bits"),
     }
-    url = f"/api/v1/jobs/{claimed['id']}/predictions"
-    store = PredictionStore(settings.predictions_dir)
+    url = claim.url
+    store = PredictionStore(settings.blob_store)
     for case, (data, message) in bad.items():
         response = client.post(
             url,
-            data={"lease_token": claimed["lease_token"]},
+            data=claim.lease,
             files={"predictions": ("shard.npz", data)},
-            headers=worker,
+            headers=claim.worker,
         )
         assert response.status_code == 422, (case, response.text)
         assert message in response.json()["detail"], (case, response.json()["detail"])
-        assert db_session.get(Job, job.id, populate_existing=True).status == JobStatus.running
-        assert store.shard_ranges(classifier.id) == [], case
+        assert db_session.get(Job, claim.job.id, populate_existing=True).status == JobStatus.running
+        assert store.shard_ranges(claim.classifier.id) == [], case
     done = client.post(
         url,
-        data={"lease_token": claimed["lease_token"]},
+        data=claim.lease,
         files={"predictions": ("s.npz", shard(n))},
-        headers=worker,
+        headers=claim.worker,
     )
     assert done.status_code == 200 and done.json()["status"] == "done"
-    assert store.read(classifier.id, n).top1.tolist() == [3] * n
+    assert store.read(claim.classifier.id, n).top1.tolist() == [3] * n
 
 
 def test_numbers_and_text_no_column_can_hold_are_refused(

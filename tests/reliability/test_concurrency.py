@@ -21,7 +21,7 @@ from sqlalchemy import func, make_url, select
 
 from app.competitions.schemas import CompetitionCreate
 from app.competitions.service import create_competition
-from app.db import create_db_engine, create_sessionmaker
+from app.db.engine import create_db_engine, create_sessionmaker
 from app.images.models import CompetitionImage, Image
 from app.users import service as users_service
 from app.users.models import Role, User

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
-from app.db import create_db_engine, create_sessionmaker
+from app.db.engine import create_db_engine, create_sessionmaker
 from app.main import create_app
 from app.serving import serve_in_thread
 from app.settings import Settings

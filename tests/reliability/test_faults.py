@@ -46,29 +46,28 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, make_url, select
 
 from app.classifiers import prediction_store
-from app.classifiers.models import Classifier, ClassifierSource, ClassifierStatus
 from app.classifiers.prediction_store import PredictionStore
 from app.cli.main import app as cli
 from app.competitions.schemas import CompetitionCreate
 from app.competitions.service import create_competition
-from app.db import create_db_engine, create_sessionmaker
+from app.db.engine import create_db_engine, create_sessionmaker
 from app.images import service as image_service
-from app.images import store as image_store
 from app.images.models import Image
-from app.jobs.models import Job, JobStatus
-from app.jobs.service import enqueue_predictions
+from app.jobs.enums import JobStatus
+from app.jobs.models import Job
 from app.labelling.models import PairSubset, Question, Vote
 from app.main import create_app
 from app.migrate import upgrade
 from app.settings import Settings
+from app.storage import local as local_store
 from app.users import service as users_service
 from app.users.models import Role
-from tests.conftest import TEST_SECRET_KEY, bearer, make_user
-from tests.jobs.test_classifier_registration import add_images
-from tests.labelling.factories import labelling_competition
+from tests.conftest import TEST_SECRET_KEY
+from tests.labelling.factories import labelling_competition, users_with_tokens
 from tests.leaderboard.scenario import corpus, digits_competition, register
 from tests.reliability.test_bad_input import invoke, query, runner, shard
 from tests.support.images import image_bytes
+from tests.support.jobs import claimed_shard
 from workers.worker import WorkerOptions, run_worker
 
 REPOSITORY = Path(__file__).resolve().parents[2]
@@ -248,14 +247,7 @@ def labelling_database(database_url: str) -> tuple[int, list[tuple[int, str]]]:
         with create_sessionmaker(engine)() as session:
             competition = create_competition(db_session=session, spec=CompetitionCreate(name="faults"))
             labelling_competition(session, competition, classifiers=4, images_per_pair=competition.k)
-            annotators = []
-            for index in range(ANNOTATORS):
-                user = users_service.create_user(
-                    db_session=session, username=f"crowd{index}", role=Role.annotator, password="long enough"
-                )
-                annotators.append(
-                    (user.id, users_service.create_api_token(db_session=session, user=user, name="t"))
-                )
+            annotators = users_with_tokens(session, "crowd", ANNOTATORS)
             session.commit()
             return competition.id, annotators
     finally:
@@ -328,7 +320,8 @@ def test_a_request_after_postgres_closed_the_idle_connections_is_answered(
     fresh_database_url, tmp_path, backend
 ):
     """The pool hands out no connection that the server closed while it sat idle: each is replaced at
-    checkout (app.db._refuse_closed_connection), so the next request is answered, not failed with 503."""
+    checkout (app.db.engine._refuse_closed_connection), so the next request is answered, not failed with
+    503."""
     if backend != "postgres":
         pytest.skip("connections to drop are Postgres's")
     settings = Settings(
@@ -500,41 +493,27 @@ def test_a_shard_write_that_fills_the_disk_leaves_no_file_and_the_job_completes_
     client, db_session, competition, settings, monkeypatch
 ):
     n = 5
-    add_images(db_session, competition, n)
-    classifier = Classifier(
-        competition_id=competition.id,
-        name="remote",
-        source=ClassifierSource.timm_pretrained,
-        pretrained_tag="resnet18.a1_in1k",
-        architecture="resnet18",
-        status=ClassifierStatus.predicting,
-    )
-    db_session.add(classifier)
-    db_session.flush()
-    (job,) = enqueue_predictions(db_session=db_session, classifier=classifier, max_attempts=3, shard_size=100)
-    db_session.commit()
-    worker = bearer(db_session, make_user(db_session, "gpu-box", Role.worker))
-    (claimed,) = client.post("/api/v1/jobs/claim", json={"worker": "gpu-box"}, headers=worker).json()["jobs"]
-    store = PredictionStore(settings.predictions_dir)
+    claim = claimed_shard(client, db_session, competition, n)
+    store = PredictionStore(settings.blob_store)
     older = _predictions(n, label=1)
-    store.write_shard(classifier.id, 0, older)  # a copy from an earlier run, to be replaced whole or kept
-    url, lease = f"/api/v1/jobs/{claimed['id']}/predictions", {"lease_token": claimed["lease_token"]}
+    store.write_shard(claim.classifier.id, 0, older)  # a copy from an earlier run, replaced whole or kept
+    url, lease = claim.url, claim.lease
 
-    monkeypatch.setattr(prediction_store, "os", DiskFull())
-    full = client.post(url, data=lease, files={"predictions": ("shard.npz", shard(n))}, headers=worker)
+    monkeypatch.setattr(local_store, "os", DiskFull())
+    full = client.post(url, data=lease, files={"predictions": ("shard.npz", shard(n))}, headers=claim.worker)
     assert full.status_code == 503, full.text
     assert "No space left on device" in full.json()["detail"] and "try again" in full.json()["detail"]
-    assert db_session.get(Job, job.id, populate_existing=True).status == JobStatus.running
-    assert [p.name for p in store.classifier_dir(classifier.id).iterdir()] == [
+    assert db_session.get(Job, claim.job.id, populate_existing=True).status == JobStatus.running
+    assert [p.name for p in (settings.data_dir / "predictions" / str(claim.classifier.id)).iterdir()] == [
         "shard-0000000000-0000000005.npz"
     ]
-    assert store.read(classifier.id, n).top1.tolist() == older.top1.tolist()  # the old file, whole
+    assert store.read(claim.classifier.id, n).top1.tolist() == older.top1.tolist()  # the old file, whole
 
     monkeypatch.undo()
-    done = client.post(url, data=lease, files={"predictions": ("shard.npz", shard(n))}, headers=worker)
+    done = client.post(url, data=lease, files={"predictions": ("shard.npz", shard(n))}, headers=claim.worker)
     assert done.status_code == 200 and done.json()["status"] == "done"
-    assert store.read(classifier.id, n).top1.tolist() == [3] * n
-    assert [p.name for p in store.classifier_dir(classifier.id).iterdir()] == [
+    assert store.read(claim.classifier.id, n).top1.tolist() == [3] * n
+    assert [p.name for p in (settings.data_dir / "predictions" / str(claim.classifier.id)).iterdir()] == [
         "shard-0000000000-0000000005.npz"
     ]
 
@@ -555,7 +534,7 @@ def test_an_image_upload_that_fills_the_disk_stores_nothing(
     client, db_session, competition, admin_headers, settings, monkeypatch, room
 ):
     """The disk fills after `room` files: those written for earlier images go with their rows."""
-    monkeypatch.setattr(image_store, "os", DiskFull(room=room))
+    monkeypatch.setattr(local_store, "os", DiskFull(room=room))
     files = [("files", (f"{i}.png", image_bytes(100 + i), "image/png")) for i in range(3)]
     response = client.post(
         f"/api/v1/competitions/{competition.id}/images", files=files, headers=admin_headers
@@ -580,7 +559,7 @@ def test_a_cli_import_that_fills_the_disk_keeps_the_batches_it_committed(
         (folder / f"{index}.png").write_bytes(image_bytes(300 + index))
     assert invoke(cli_env, "competitions", "create", "full-disk").exit_code == 0
     monkeypatch.setattr(image_service, "IMPORT_BATCH_SIZE", 2)
-    monkeypatch.setattr(image_store, "os", DiskFull(room=6))  # batch one's 4 files, batch two's first 2
+    monkeypatch.setattr(local_store, "os", DiskFull(room=6))  # batch one's 4 files, batch two's first 2
     result = runner.invoke(cli, ["images", "import", str(folder), "-c", "full-disk"], env=cli_env)
     assert result.exit_code == 1 and "No space left on device" in result.output, result.output
     url, data = cli_env["MAD_DATABASE_URL"], tmp_path / "data"
@@ -591,7 +570,9 @@ def test_a_cli_import_that_fills_the_disk_keeps_the_batches_it_committed(
     assert not [p for p in data.rglob(".tmp-*")]
     monkeypatch.undo()
     result = invoke(cli_env, "images", "import", str(folder), "-c", "full-disk")
-    assert result.exit_code == 0 and "4 added, 2 duplicates" in result.output, result.output
+    assert (
+        result.exit_code == 0 and "4 added, 0 duplicates" in result.output and "2 skipped" in result.output
+    ), result.output
 
 
 def test_a_worker_waits_for_a_service_that_is_down_and_then_does_its_jobs(fresh_database_url, tmp_path):

@@ -12,6 +12,7 @@ The number of cases tried is printed in the "fuzzing" section of pytest's summar
 to the file MAD_FUZZ_REPORT names, when set.
 """
 
+import json
 import os
 import re
 from urllib.parse import quote
@@ -24,7 +25,7 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from sqlalchemy import update
 
-from app.db import create_db_engine
+from app.db.engine import create_db_engine
 from app.users.models import User
 from tests.reliability.conftest import FUZZ_COUNTS
 from tests.support.routes import endpoints
@@ -217,3 +218,68 @@ def test_ids_beyond_64_bits_are_not_found_not_a_crash(world_app, world, value):
         ):
             response = client.get(path, headers=world.headers("admin"))
             assert response.status_code in (404, 422), (path, response.status_code, response.text)
+
+
+EXTREME_NUMBERS = st.sampled_from(
+    [float("nan"), float("inf"), float("-inf"), 2**63, -(2**63) - 1, 2**70, 10**30, 1e308, -1e308, 5e-324]
+)
+
+
+def _with_extreme_numbers(value, data):
+    """The JSON value with some of its numbers (half, drawn) replaced by NaN, ±Infinity or huge integers."""
+    if isinstance(value, dict):
+        return {key: _with_extreme_numbers(item, data) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_with_extreme_numbers(item, data) for item in value]
+    if isinstance(value, int | float) and not isinstance(value, bool) and data.draw(st.booleans()):
+        return data.draw(EXTREME_NUMBERS)
+    return value
+
+
+def test_nan_infinity_and_huge_integers_in_bodies_get_no_server_error(
+    world_app, world, world_settings, request
+):
+    """Schema-valid JSON bodies with numbers swapped for NaN, ±Infinity (which Python's JSON reads) and
+    integers beyond 64 bits: every operation with a JSON body answers them below 500."""
+    from fastapi.testclient import TestClient
+
+    schema = schemathesis.openapi.from_asgi("/openapi.json", world_app)
+    values = real_values(world)
+    operations = [result.ok() for result in schema.get_all_operations()]
+    with_json = [
+        op for op in operations if "application/json" in str(op.definition.raw.get("requestBody", {}))
+    ]
+    assert len(with_json) >= 10
+    tried = 0
+    failures: list[str] = []
+    with TestClient(world_app, raise_server_exceptions=False) as client:
+        for operation in with_json:
+
+            @_seeded
+            @_fuzz_settings(EXAMPLES)
+            @given(case=operation.as_strategy(generation_mode=GenerationMode.POSITIVE), data=st.data())
+            def run(case, data):
+                nonlocal tried
+                _fill_with_real_rows(case, data, values)
+                role = data.draw(st.sampled_from(ROLES), label="role")
+                body = json.dumps(_with_extreme_numbers(case.body, data))
+                response = client.request(
+                    case.method,
+                    case.formatted_path,
+                    params=case.query,
+                    content=body,
+                    headers={**world.headers(role), "Content-Type": "application/json"},
+                )
+                tried += 1
+                assert response.status_code < 500, _server_error(
+                    response.status_code, case.method, case.formatted_path, f"{body[:300]} -> {response.text}"
+                )
+                if case.method == "PATCH":
+                    _keep_admin_active(world_settings.sqlalchemy_url, world.user_ids["admin"])
+
+            try:
+                run()
+            except Exception as error:
+                failures.append(f"{operation.label}: {_last_line(error)}")
+    FUZZ_COUNTS[request.node.nodeid] = tried
+    assert not failures, "\n".join(failures)

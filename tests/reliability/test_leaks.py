@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from app.db import create_db_engine, create_sessionmaker
+from app.db.engine import create_db_engine, create_sessionmaker
 from app.labelling.models import PairImage, PairImageRole, Question
 from tests.labelling.factories import labelling_competition
 from tests.reliability.world import CLASSES, World, open_questions

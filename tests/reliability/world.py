@@ -18,14 +18,21 @@ from app.competitions.models import Competition
 from app.competitions.schemas import CompetitionCreate
 from app.competitions.service import create_competition
 from app.images.models import Image
-from app.jobs.models import Job, JobKind, JobStatus
+from app.jobs.enums import JobKind, JobStatus
+from app.jobs.models import Job
 from app.labelling.models import PairImage, PairImageRole, PairSubset, Question
 from app.leaderboard.snapshots import freeze_leaderboard
 from app.settings import Settings
 from app.users import service as users_service
 from app.users.models import Role, User
 from tests.conftest import TEST_PASSWORD
-from tests.leaderboard.scenario import annotators, corpus, noisy_predictions, register, run_select_jobs, vote
+from tests.leaderboard.scenario import (
+    annotators,
+    corpus,
+    register_noisy,
+    run_select_jobs,
+    vote,
+)
 
 CLASSES = (
     "quokka",
@@ -95,21 +102,8 @@ def build_world(db_session: Session, settings: Settings, tmp_path: Path) -> Worl
     hashes = corpus(db_session, settings, competition, N_IMAGES)
     db_session.commit()
     truth = np.random.default_rng(3).integers(0, len(CLASSES), N_IMAGES)
-    top1 = {}
-    for seed, (name, accuracy, reported) in enumerate(CLASSIFIERS):
-        labels = noisy_predictions(truth, accuracy, seed)
-        classifier = register(
-            db_session,
-            settings,
-            competition,
-            tmp_path,
-            name,
-            hashes,
-            labels,
-            reported_accuracy=reported,
-            seed=seed,
-        )
-        top1[classifier.id] = labels
+    predicting = register_noisy(db_session, settings, competition, tmp_path, hashes, truth, CLASSIFIERS)
+    top1 = {classifier.id: labels for classifier, labels in predicting.items()}
     run_select_jobs(db_session, settings)
     contains = contains_for(truth)
     voters = annotators(db_session, 3, prefix="seeded-voter")

@@ -6,9 +6,11 @@ Use from a conftest.py: `from tests.support.browser import browser, live_server 
 tests skip with the reason when either is missing, and fail instead when MAD_REQUIRE_BROWSER=1 (CI).
 """
 
+import json
 import os
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +18,7 @@ import pytest
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.db import create_db_engine, create_sessionmaker
+from app.db.engine import create_db_engine, create_sessionmaker
 from app.main import create_app
 from app.serving import serve_in_thread
 from app.settings import Settings
@@ -48,18 +50,23 @@ class LiveServer:
     sessions: sessionmaker[Session]
 
 
-@pytest.fixture
-def live_server(fresh_database_url: str, tmp_path: Path) -> Iterator[LiveServer]:
-    """The application served by uvicorn in a background thread on a database of its own."""
-    settings = Settings(
-        env="test", data_dir=tmp_path / "data", database_url=fresh_database_url, secret_key=TEST_SECRET_KEY
-    )
+@contextmanager
+def serving(database_url: str, data_dir: Path) -> Iterator[LiveServer]:
+    """The application served by uvicorn in a background thread on this (migrated) database."""
+    settings = Settings(env="test", data_dir=data_dir, database_url=database_url, secret_key=TEST_SECRET_KEY)
     engine = create_db_engine(settings.sqlalchemy_url)
     try:
         with serve_in_thread(create_app(settings)) as url:
             yield LiveServer(url, settings, engine, create_sessionmaker(engine))
     finally:
         engine.dispose()
+
+
+@pytest.fixture
+def live_server(fresh_database_url: str, tmp_path: Path) -> Iterator[LiveServer]:
+    """The application served by uvicorn in a background thread on a database of its own."""
+    with serving(fresh_database_url, tmp_path / "data") as server:
+        yield server
 
 
 def _browser_missing() -> str | None:
@@ -70,9 +77,10 @@ def _browser_missing() -> str | None:
     return None
 
 
-@pytest.fixture
-def browser(tmp_path: Path):
-    """Headless Chromium with a fresh profile; skipped (or failed under MAD_REQUIRE_BROWSER=1) if absent."""
+@contextmanager
+def chromium(profile_dir: Path, record_requests: bool = False):
+    """Headless Chromium with a fresh profile; skipped (or failed under MAD_REQUIRE_BROWSER=1) if absent.
+    With record_requests, `network_log(driver)` lists what the pages asked for and got."""
     missing = _browser_missing()
     if missing is not None:
         if os.environ.get("MAD_REQUIRE_BROWSER") == "1":
@@ -85,13 +93,44 @@ def browser(tmp_path: Path):
     options.binary_location = str(CHROMIUM)
     for flag in CHROMIUM_FLAGS:
         options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={tmp_path / 'chromium-profile'}")
+    options.add_argument(f"--user-data-dir={profile_dir}")
+    if record_requests:
+        options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
     driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
     driver.set_page_load_timeout(PAGE_TIMEOUT_S)
     try:
         yield driver
     finally:
         driver.quit()
+
+
+@dataclass
+class NetworkLog:
+    """What the pages of a `record_requests` browser asked for since the last read: every requested URL
+    (pages, scripts, styles, images, fetches, fonts, icons) and the HTTP status each response had."""
+
+    requested: list[str]
+    statuses: dict[str, int]
+
+
+def network_log(driver) -> NetworkLog:
+    """The requests and responses recorded since the last call."""
+    log = NetworkLog([], {})
+    for entry in driver.get_log("performance"):
+        event = json.loads(entry["message"])["message"]
+        if event["method"] == "Network.requestWillBeSent":
+            log.requested.append(event["params"]["request"]["url"])
+        elif event["method"] == "Network.responseReceived":
+            response = event["params"]["response"]
+            log.statuses[response["url"]] = response["status"]
+    return log
+
+
+@pytest.fixture
+def browser(tmp_path: Path):
+    """Headless Chromium with a fresh profile for one test."""
+    with chromium(tmp_path / "chromium-profile") as driver:
+        yield driver
 
 
 def sign_in(

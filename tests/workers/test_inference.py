@@ -154,3 +154,28 @@ def test_gpu_bf16_agrees_with_cpu_fp32(models, images, read_bytes, all_predictio
     for gpu, cpu in zip(on_gpu, all_predictions, strict=True):
         np.testing.assert_array_equal(gpu.top1 == -1, cpu.top1 == -1)
         np.testing.assert_allclose(gpu.top5_prob, cpu.top5_prob, atol=0.02)
+
+
+@dataclass
+class BatchReader:
+    """A reader of whole batches (as a shard archive or parallel object GETs are), counting its calls."""
+
+    read_bytes: Callable[[int], bytes]
+    batches: list[list[int]]
+
+    def __call__(self, ordinal: int) -> bytes:
+        raise AssertionError("a batch reader is asked for whole batches")
+
+    def many(self, ordinals) -> list[bytes]:
+        self.batches.append(list(ordinals))
+        return [self.read_bytes(ordinal) for ordinal in ordinals]
+
+
+def test_a_reader_of_batches_is_asked_once_per_batch_for_the_same_predictions(
+    models, images, read_bytes, all_predictions
+):
+    reader = BatchReader(read_bytes, [])
+    ordinals = list(range(len(images.paths)))
+    (predictions,) = InferenceEngine(models[:1], batch_size=4, num_workers=0).predict(ordinals, reader)
+    assert reader.batches == [ordinals[start : start + 4] for start in range(0, len(ordinals), 4)]
+    np.testing.assert_array_equal(predictions.top1, all_predictions[0].top1)

@@ -1,0 +1,186 @@
+"""An annotator's answers and difficulty flags on the image leased to them.
+
+A strict majority of the panel decides a question and stops its asking (paper Sec. 3.1); when more than
+60% of the panel flag an image, it is discarded for its pairs and their reserves are asked instead.
+submit_answers is a hot path: its statements are app.labelling.statements, its writes sent together.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.db.base import utcnow
+from app.db.statements import pipelined
+from app.errors import Conflict, InvalidInput, NotFound
+from app.labelling import rules
+from app.labelling.items import lock_item, set_assignment
+from app.labelling.models import Assignment, AssignmentStatus, DifficultyFlag, LabelItem
+from app.labelling.statements import (
+    IMAGE_QUESTIONS,
+    INSERT_VOTE,
+    LOCK_ITEMS_OF_QUESTIONS,
+    STEP_UP,
+    UPDATE_COUNTS,
+    UPDATE_NEEDED,
+    first_gold_answer,
+    pending_questions,
+)
+from app.labelling.subsets import discard_item
+from app.labelling.types import Annotator, Answer, LabellingCompetition, SubmitResult
+
+
+@dataclass
+class _Votes:
+    """A question's vote state while an answer is being recorded."""
+
+    id: int
+    yes_votes: int
+    no_votes: int
+    outcome: bool | None
+    decided_at: datetime | None
+    gold_answer: bool | None
+    my_answer: bool | None
+
+
+def submit_answers(
+    *, db_session: Session, competition: LabellingCompetition, user: Annotator, answers: Sequence[Answer]
+) -> SubmitResult:
+    """Record an annotator's answers on one image; a strict majority of the panel decides a question and
+    stops its asking (paper Sec. 3.1). Answers to questions decided meanwhile are not stored; resending an
+    answer already stored is a no-op; changing one needs undo."""
+    question_ids = [answer.question_id for answer in answers]
+    if len(set(question_ids)) != len(question_ids):
+        raise InvalidInput("each question may be answered once per submission")
+    where = {"competition_id": competition.id, "user_id": user.id}
+    items = LOCK_ITEMS_OF_QUESTIONS.rows(db_session, {**where, "question_ids": question_ids})
+    if len(items) != len(question_ids):
+        raise NotFound("some of these questions do not exist in this competition")
+    if len(set(items)) != 1:
+        raise InvalidInput("the answers of one submission must be about one image")
+    item = items[0]
+    rows = IMAGE_QUESTIONS.rows(db_session, {**where, "image_id": item.image_id, "item_id": item.id})
+    _check_may_answer(rows[0].my_status)
+    questions = {row.id: _Votes(*row[:-2]) for row in rows}
+    now = utcnow()
+    new_votes, gold_answers, counted, already_decided = [], [], [], []
+    for answer in answers:
+        question = questions[answer.question_id]
+        if question.my_answer is not None:
+            if question.my_answer != answer.answer:
+                raise Conflict(f"question {answer.question_id} is already answered; undo it to change it")
+            continue
+        if question.gold_answer is None and (question.outcome is not None or item.discarded):
+            already_decided.append(question.id)
+            continue
+        question.my_answer = answer.answer
+        vote = {"question_id": question.id, "user_id": user.id, "answer": answer.answer, "created_at": now}
+        new_votes.append({**vote, "seconds": answer.seconds})
+        if question.gold_answer is not None:
+            gold_answers.append(vote)
+        elif not user.votes_excluded:
+            rules.count_vote(question, answer.answer, +1, competition.panel_size, now)
+            counted.append(question)
+    item_done = not any(
+        question.my_answer is None
+        and (question.gold_answer is not None or (question.outcome is None and not item.discarded))
+        for question in questions.values()
+    )
+    with pipelined(db_session):
+        if new_votes:
+            INSERT_VOTE.write(db_session, new_votes)
+            if rows[0].undo_depth:
+                _step_up(db_session, competition, user)
+        if gold_answers:
+            first_gold_answer(db_session.get_bind().dialect.name).write(db_session, gold_answers)
+        if counted:
+            UPDATE_COUNTS.write(db_session, [_counts_row(question) for question in counted])
+            needed = rules.needed(item.discarded, questions.values(), competition.panel_size)
+            UPDATE_NEEDED.write(db_session, {"item_id": item.id, "new_needed": needed})
+        status = AssignmentStatus.done if item_done else AssignmentStatus.leased
+        set_assignment(db_session, item.id, user.id, status, now)
+    return SubmitResult(recorded=len(new_votes), already_decided=already_decided, item_done=item_done)
+
+
+def _counts_row(question: _Votes) -> dict:
+    """The parameters of UPDATE_COUNTS for a question."""
+    return {
+        "question_id": question.id,
+        "yes": question.yes_votes,
+        "no": question.no_votes,
+        "new_outcome": question.outcome,
+        "new_decided_at": question.decided_at,
+    }
+
+
+def _check_may_answer(status: str | None) -> None:
+    """Answers count only on an image handed to the caller (by next or undo) and not flagged by them."""
+    if status is None:
+        raise Conflict("this image was not given to you: take it from POST …/next, then answer it")
+    if status == AssignmentStatus.flagged:
+        raise Conflict("you flagged this image as too difficult: undo the flag to answer it")
+
+
+def _step_up(db_session: Session, competition: LabellingCompetition, user: Annotator) -> None:
+    """A new answer or flag: the annotator climbs one step back towards their highest point."""
+    STEP_UP.write(db_session, {"of_competition": competition.id, "of_user": user.id})
+
+
+def flag_image(
+    *, db_session: Session, competition: LabellingCompetition, user: Annotator, item_id: int
+) -> bool:
+    """Record that the annotator finds an image too difficult or not a natural photo; when more than 60%
+    of the panel do, discard it for its pairs and promote their reserves. Returns whether it was discarded.
+
+    Only an image handed to the annotator (by next or undo) that still has questions for them can be
+    flagged; flagging it again is a no-op.
+    """
+    image_id = db_session.scalar(
+        select(LabelItem.image_id).where(LabelItem.id == item_id, LabelItem.competition_id == competition.id)
+    )
+    if image_id is None:
+        raise NotFound(f"no item {item_id} in this competition")
+    item = lock_item(db_session, competition, image_id)
+    status = db_session.scalar(
+        select(Assignment.status).where(Assignment.item_id == item.id, Assignment.user_id == user.id)
+    )
+    if status == AssignmentStatus.flagged:
+        return item.discarded
+    if status is None:
+        raise Conflict("this image was not given to you: take it from POST …/next, then flag it")
+    now = utcnow()
+    if not _has_pending(db_session, competition, item, user, now):
+        raise Conflict(
+            "the panel has discarded this image meanwhile"
+            if item.discarded
+            else "every question on this image was decided meanwhile, so there is nothing to flag"
+        )
+    db_session.add(
+        DifficultyFlag(competition_id=competition.id, image_id=image_id, user_id=user.id, created_at=now)
+    )
+    if not user.votes_excluded:
+        item.flags += 1
+    _step_up(db_session, competition, user)
+    set_assignment(db_session, item.id, user.id, AssignmentStatus.flagged, now, keep_flagged=False)
+    if not item.discarded and rules.too_difficult(item.flags, competition.panel_size):
+        discard_item(db_session, competition, item)
+    db_session.flush()
+    return item.discarded
+
+
+def _has_pending(
+    db_session: Session, competition: LabellingCompetition, item: LabelItem, user: Annotator, now: datetime
+) -> bool:
+    """Whether the image still has questions for the annotator (gold ones, or open ones unless discarded)."""
+    pending = pending_questions(
+        db_session,
+        competition_id=competition.id,
+        item_id=item.id,
+        image_id=item.image_id,
+        discarded=item.discarded,
+        user_id=user.id,
+        now=now,
+    )
+    return bool(pending)

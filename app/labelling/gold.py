@@ -1,0 +1,88 @@
+"""Gold questions: (image, class) questions with known answers, mixed into annotators' work to measure
+their accuracy."""
+
+from collections.abc import Sequence
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.competitions.models import Competition
+from app.db.base import utcnow
+from app.errors import InvalidInput, NotFound
+from app.images.models import CompetitionImage, Image
+from app.labelling.items import lock_item, refresh_needed
+from app.labelling.models import Question
+from app.labelling.subsets import ask
+
+GOLD_SPREAD = 2**31 - 1
+"""Queue position given to an image first asked as gold: last (an image keeps its lowest position)."""
+
+
+def add_gold_questions(
+    *,
+    db_session: Session,
+    competition: Competition,
+    image_sha256: str,
+    answers: Sequence[tuple[int, bool]],
+) -> list[Question]:
+    """Make (image, class) gold questions with known answers, which are also their outcomes.
+
+    A gold image must show at least two questions, as every image does (one pair asks two classes), or
+    annotators could tell it apart: give two classes, or one on an image a pair already asks about.
+    """
+    classes = [class_index for class_index, _ in answers]
+    for class_index in classes:
+        if not 0 <= class_index < len(competition.class_keys):
+            raise InvalidInput(f"class_index must be between 0 and {len(competition.class_keys) - 1}")
+    if len(set(classes)) != len(classes):
+        raise InvalidInput("each class may be given once")
+    image_id = db_session.scalar(
+        select(Image.id)
+        .join(CompetitionImage, CompetitionImage.image_id == Image.id)
+        .where(Image.sha256 == image_sha256, CompetitionImage.competition_id == competition.id)
+    )
+    if image_id is None:
+        raise NotFound(f"no image {image_sha256} in this competition")
+    asked = set(
+        db_session.scalars(
+            select(Question.class_index).where(
+                Question.competition_id == competition.id, Question.image_id == image_id
+            )
+        )
+    )
+    if len(asked | set(classes)) < 2:
+        raise InvalidInput(
+            "a gold image needs two questions like every other image, or annotators can tell it apart: give "
+            "two classes (one the image clearly lacks is fine), or pick an image a pair already asks about"
+        )
+    ask(db_session, competition, {image_id: (GOLD_SPREAD, classes)})
+    item = lock_item(db_session, competition, image_id)
+    questions = []
+    for class_index, answer in answers:
+        question = db_session.scalars(
+            select(Question)
+            .where(
+                Question.competition_id == competition.id,
+                Question.image_id == image_id,
+                Question.class_index == class_index,
+            )
+            .execution_options(populate_existing=True)
+        ).one()
+        question.gold_answer = answer
+        question.outcome = answer
+        question.decided_at = utcnow()
+        questions.append(question)
+    refresh_needed(db_session, competition, [item])
+    return questions
+
+
+def gold_questions(*, db_session: Session, competition: Competition) -> list[tuple[Question, str]]:
+    """Every gold question of the competition with its image's hash, oldest first."""
+    return list(
+        db_session.execute(
+            select(Question, Image.sha256)
+            .join(Image, Image.id == Question.image_id)
+            .where(Question.competition_id == competition.id, Question.gold_answer.is_not(None))
+            .order_by(Question.id)
+        ).all()
+    )

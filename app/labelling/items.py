@@ -1,0 +1,105 @@
+"""A label item's state: locking it, reading its questions, the votes it still needs, and an annotator's
+assignment to it (leased, done or flagged).
+
+Lock order. Every labelling transaction takes its row locks in this order, so that none waits in a cycle
+(on Postgres; SQLite runs one writer at a time), even when one annotator's requests run side by side on
+several connections:
+
+1. the annotator's users row: shared by their labelling requests (app.labelling.caller), exclusive while
+   an admin pauses them or excludes their votes (app.labelling.annotators), so the two never overlap;
+2. their API token's row (its last use, at most once a minute);
+3. label items: one waited for (the image answered, flagged or undone), any others taken with SKIP LOCKED
+   (the next image), or several in id order by admin and worker work;
+4. the annotator's undo row in the competition;
+5. assignments, votes and flags of an item: only while holding the item's lock.
+"""
+
+from datetime import datetime, timedelta
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.errors import NotFound
+from app.labelling import rules
+from app.labelling.models import AssignmentStatus, LabelItem, Question
+from app.labelling.statements import assignment_upsert
+from app.labelling.types import LabellingCompetition
+
+LEASE_TTL = timedelta(minutes=2)
+
+
+def lock_item(db_session: Session, competition: LabellingCompetition, image_id: int) -> LabelItem:
+    """The item of an image, locked for this transaction (SQLite serialises writers anyway)."""
+    item = db_session.scalar(
+        select(LabelItem)
+        .where(LabelItem.competition_id == competition.id, LabelItem.image_id == image_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
+    if item is None:
+        raise NotFound("that image is not being labelled in this competition")
+    return item
+
+
+def lock_items(
+    db_session: Session, competition: LabellingCompetition, image_ids: list[int]
+) -> list[LabelItem]:
+    """The label items of these images, read afresh and locked in id order."""
+    return list(
+        db_session.scalars(
+            select(LabelItem)
+            .where(LabelItem.competition_id == competition.id, LabelItem.image_id.in_(image_ids))
+            .order_by(LabelItem.id)
+            .with_for_update()
+            .execution_options(populate_existing=True)
+        )
+    )
+
+
+def questions_of_images(
+    db_session: Session, competition: LabellingCompetition, image_ids: list[int]
+) -> list[Question]:
+    """Every question on these images, read afresh."""
+    return list(
+        db_session.scalars(
+            select(Question)
+            .where(Question.competition_id == competition.id, Question.image_id.in_(image_ids))
+            .execution_options(populate_existing=True)
+        )
+    )
+
+
+def refresh_needed(db_session: Session, competition: LabellingCompetition, items: list[LabelItem]) -> None:
+    """Recompute `needed` of these items from their questions."""
+    by_image: dict[int, list[Question]] = {item.image_id: [] for item in items}
+    for question in questions_of_images(db_session, competition, list(by_image)):
+        by_image[question.image_id].append(question)
+    for item in items:
+        item.needed = rules.needed(item.discarded, by_image[item.image_id], competition.panel_size)
+    db_session.flush()
+
+
+def set_assignment(
+    db_session: Session,
+    item_id: int,
+    user_id: int,
+    status: AssignmentStatus,
+    now: datetime,
+    keep_flagged: bool = True,
+) -> datetime:
+    """Record an item as leased (until now + TTL), done or flagged by an annotator; returns the expiry.
+
+    A flag stands unless keep_flagged is False (undoing it).
+    """
+    expires_at = now + LEASE_TTL if status == AssignmentStatus.leased else now
+    assignment_upsert(db_session.get_bind().dialect.name, keep_flagged).write(
+        db_session,
+        {
+            "lease_item": item_id,
+            "lease_user": user_id,
+            "new_status": status.value,
+            "now": now,
+            "lease_until": expires_at,
+        },
+    )
+    return expires_at

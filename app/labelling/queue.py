@@ -1,0 +1,191 @@
+"""The labelling queue: which image an annotator labels next, leased to them with their pending questions.
+
+Never a question they answered or an image they flagged; never more running leases on an image than the
+votes it still needs; partly-voted images first, then round-robin over the pairs (by position in each
+pair). Gold images are mixed in at random: each image handed out is a gold one with probability
+gold_rate, whatever came before, so that its place in an annotator's sequence says nothing about it (a
+schedule by counts, "gold once every n answers", told annotators which images were gold); and an
+annotator with nothing else left to do is given the gold images they have not answered. The statements
+are app.labelling.statements.
+"""
+
+import random
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy.orm import Session
+
+from app.core.taxonomy import TaxonomyError
+from app.core.taxonomy_sources import cached_taxonomy
+from app.db.base import utcnow
+from app.db.statements import HotStatement
+from app.labelling.items import set_assignment
+from app.labelling.models import AssignmentStatus
+from app.labelling.statements import (
+    ANY_OPEN_FOR_USER,
+    ANY_SKIPPED_FOR_USER,
+    GOLD_IMAGE,
+    LABEL_SET,
+    LOCK_ITEM_UNLESS_LOCKED,
+    MY_LEASES,
+    QUEUE_HEAD,
+    SKIPPED_HEAD,
+    pending_questions,
+)
+from app.labelling.types import (
+    Annotator,
+    LabellingCompetition,
+    NextItem,
+    PresentedItem,
+    PresentedQuestion,
+)
+
+MAX_LEASE_ATTEMPTS = 8
+
+
+@dataclass(frozen=True)
+class LabelSet:
+    """A competition's class display names and definitions (what each class means; "" where unknown)."""
+
+    names: tuple[str, ...]
+    definitions: tuple[str, ...]
+
+
+_label_sets: dict[tuple[int, datetime], LabelSet] = {}
+
+
+def _label_set(db_session: Session, competition: LabellingCompetition) -> LabelSet:
+    """A competition's label set, read once per process: it never changes after the competition is created
+    (keyed by id and creation time, so a reused id is never mistaken)."""
+    key = (competition.id, competition.created_at)
+    label_set = _label_sets.get(key)
+    if label_set is None:
+        names, kind, source = db_session.execute(LABEL_SET, {"competition_id": competition.id}).one()
+        try:
+            taxonomy = cached_taxonomy(kind, source)
+            definitions = tuple(taxonomy.definition(index) for index in range(len(names)))
+        except TaxonomyError:  # its data is missing on this machine (WordNet): names only
+            definitions = ("",) * len(names)
+        label_set = _label_sets[key] = LabelSet(tuple(str(name) for name in names), definitions)
+    return label_set
+
+
+def next_item(
+    *, db_session: Session, competition: LabellingCompetition, user: Annotator, not_now: int | None = None
+) -> NextItem:
+    """Lease the annotator an image to label: the one they hold, else a gold one with probability gold_rate,
+    else the queue's next, else (nothing else open to them) a gold one they have not answered, else one they
+    skipped (longest ago first; never item `not_now`, the one just skipped).
+
+    Never a question they answered or an image they flagged; never more leases on an image than the votes
+    it still needs; partly-voted images first, then round-robin over the pairs (by position in each pair).
+    The status says why there is none: `busy` (others hold what is left), `skipped` (only images they
+    skipped are left), `finished`.
+    """
+    now = utcnow()
+    who = {"competition_id": competition.id, "user_id": user.id, "now": now}
+    for item_id, image_id, discarded in MY_LEASES.rows(db_session, who):
+        presented = present(db_session, competition, item_id, image_id, discarded, user, now)
+        if presented is not None:
+            return NextItem(presented, "item")
+    presented = None
+    if competition.gold_rate > 0 and random.random() < competition.gold_rate:
+        presented = _lease_gold(db_session, competition, user, now)
+    if presented is None:
+        presented = _lease_head(db_session, competition, user, now, QUEUE_HEAD, [])
+    if presented is None and competition.gold_rate > 0:
+        presented = _lease_gold(db_session, competition, user, now)
+    if presented is None:
+        skipped_not_now = [] if not_now is None else [not_now]
+        presented = _lease_head(db_session, competition, user, now, SKIPPED_HEAD, skipped_not_now)
+    if presented is not None:
+        return NextItem(presented, "item")
+    if db_session.scalar(ANY_OPEN_FOR_USER, who):
+        return NextItem(None, "busy")
+    return NextItem(None, "skipped" if db_session.scalar(ANY_SKIPPED_FOR_USER, who) else "finished")
+
+
+def _lease_head(
+    db_session: Session,
+    competition: LabellingCompetition,
+    user: Annotator,
+    now: datetime,
+    head: HotStatement,
+    rejected: list[int],
+) -> PresentedItem | None:
+    """Lease the first item `head` finds (not one of `rejected`) that still has a question and a free lease
+    slot for the annotator, trying a few in turn; None when there is none."""
+    who = {"competition_id": competition.id, "user_id": user.id, "now": now}
+    for _ in range(MAX_LEASE_ATTEMPTS):
+        rows = head.rows(db_session, {**who, "rejected": rejected})
+        if not rows:
+            return None
+        ((item_id, image_id, discarded),) = rows
+        presented = present(db_session, competition, item_id, image_id, discarded, user, now, capped=True)
+        if presented is not None:
+            return presented
+        rejected = [*rejected, item_id]
+    return None
+
+
+def _lease_gold(
+    db_session: Session, competition: LabellingCompetition, user: Annotator, now: datetime
+) -> PresentedItem | None:
+    """Lease a random image with a gold question the annotator has not answered, on an image they did not
+    flag; None when there is none, or when another request holds that item's lock (an undo of it, say):
+    the queue's next item is given instead of waiting, as a submit that brings the next item holds locks
+    an undo waits for."""
+    image_id = db_session.scalar(GOLD_IMAGE, {"competition_id": competition.id, "user_id": user.id})
+    if image_id is None:
+        return None
+    item = db_session.execute(
+        LOCK_ITEM_UNLESS_LOCKED, {"competition_id": competition.id, "image_id": image_id}
+    ).first()
+    return None if item is None else present(db_session, competition, *item, user, now)
+
+
+def present(
+    db_session: Session,
+    competition: LabellingCompetition,
+    item_id: int,
+    image_id: int,
+    discarded: bool,
+    user: Annotator,
+    now: datetime,
+    capped: bool = False,
+    first_question_id: int | None = None,
+) -> PresentedItem | None:
+    """Lease an item to the annotator with their pending questions in random order; None when nothing is
+    left for them on it (the item is then marked done for them) or, if capped, when other annotators'
+    running leases already match the votes it needs (counted afresh: the item row is locked by now)."""
+    pending = pending_questions(
+        db_session,
+        competition_id=competition.id,
+        item_id=item_id,
+        image_id=image_id,
+        discarded=discarded,
+        user_id=user.id,
+        now=now,
+    )
+    if not pending:
+        set_assignment(db_session, item_id, user.id, AssignmentStatus.done, now)
+        return None
+    if capped and pending[0].leases_of_others >= pending[0].needed:
+        return None
+    random.shuffle(pending)
+    pending.sort(key=lambda question: question.id != first_question_id)
+    expires_at = set_assignment(db_session, item_id, user.id, AssignmentStatus.leased, now)
+    label_set = _label_set(db_session, competition)
+    return PresentedItem(
+        item_id=item_id,
+        image_sha256=pending[0].sha256,
+        width=pending[0].width,
+        height=pending[0].height,
+        questions=[
+            PresentedQuestion(
+                q.id, q.class_index, label_set.names[q.class_index], label_set.definitions[q.class_index]
+            )
+            for q in pending
+        ],
+        lease_expires_at=expires_at,
+    )

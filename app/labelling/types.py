@@ -1,0 +1,117 @@
+"""What labelling hands out and takes in: answers, presented items, results, and the annotator and
+competition as labelling reads them."""
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from app.competitions.models import Competition
+from app.users.models import Role, User
+
+PairEntry = tuple[int, float, int, int, float, float]
+"""One image of a pair's selection: (image_id, distance, label_a, label_b, prob_a, prob_b)."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One annotator's yes/no answer to one question and the seconds it took."""
+
+    question_id: int
+    answer: bool
+    seconds: float | None
+
+
+@dataclass(frozen=True)
+class PresentedQuestion:
+    """A question as an annotator sees it: the class name and what it means, never which model predicted
+    it."""
+
+    question_id: int
+    class_index: int
+    class_name: str
+    definition: str
+
+
+@dataclass(frozen=True)
+class PresentedItem:
+    """An image leased to an annotator with the questions they still have to answer on it."""
+
+    item_id: int
+    image_sha256: str
+    width: int
+    height: int
+    questions: list[PresentedQuestion]
+    lease_expires_at: datetime
+
+
+@dataclass(frozen=True)
+class NextItem:
+    """The next item, or None with why: every open image is leased to others (busy) or none is left."""
+
+    item: PresentedItem | None
+    status: str
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    """What a submission stored: answers recorded, questions decided meanwhile, whether the item is done."""
+
+    recorded: int
+    already_decided: list[int]
+    item_done: bool
+
+
+@dataclass(frozen=True)
+class UndoResult:
+    """What undo took back (an answer to question_id, or a flag) and the item to answer again."""
+
+    undone: str
+    question_id: int | None
+    item: PresentedItem | None
+
+
+@dataclass(frozen=True)
+class AnnotatorStats:
+    """One annotator's progress in a competition and their accuracy on gold questions."""
+
+    user_id: int
+    username: str
+    is_active: bool
+    votes_excluded: bool
+    answered_total: int
+    answered_today: int
+    flagged: int
+    gold_answered: int
+    gold_correct: int
+    mean_seconds: float | None
+
+    @property
+    def gold_accuracy(self) -> float | None:
+        """Share of gold questions answered correctly; None before the first."""
+        return self.gold_correct / self.gold_answered if self.gold_answered else None
+
+
+@dataclass(frozen=True)
+class Labeller:
+    """The account behind a labelling request, as much of it as labelling reads."""
+
+    id: int
+    role: Role
+    votes_excluded: bool
+
+
+@dataclass(frozen=True)
+class LabellingSettings:
+    """What labelling reads of a competition: its id, its creation time (which keys the cached class
+    names), the panel size and the gold rate."""
+
+    id: int
+    created_at: datetime
+    panel_size: int
+    gold_rate: float
+
+
+LabellingCompetition = Competition | LabellingSettings
+"""A competition as labelling reads it: the ORM row, or the few settings the hot path reads in one query
+with its caller (id, creation time, panel size, gold rate)."""
+Annotator = User | Labeller
+"""An annotator as labelling reads them: the ORM row, or the hot path's Labeller."""

@@ -1,0 +1,87 @@
+"""The ranking's history: Perron ranks as today's labels accumulated."""
+
+from datetime import datetime
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from app.classifiers.models import Classifier
+from app.competitions.models import Competition
+from app.core.ranking import (
+    count_outcomes,
+    dominance_matrix,
+    pairwise_accuracy,
+    perron_rank,
+    ranks_from_scores,
+)
+from app.labelling.models import PairSubset
+from app.labelling.results import PAIR_OUTCOMES, QUESTION_A, QUESTION_B, labelled_pair_images
+from app.leaderboard.schemas import HistoryPoint, HistoryRead
+from app.leaderboard.standings import ranked_pairs
+
+HISTORY_POINTS = 24
+
+
+def _decided_pair_images(db_session: Session, competition: Competition) -> list[tuple]:
+    """(a_id, b_id, correct_a, correct_b, labelled_at) of every selected pair image whose two questions are
+    decided; labelled_at is when the later of its two questions was decided, or when the pair was selected
+    if that came later (a new classifier's pair reuses answers given before it existed)."""
+    rows = db_session.execute(
+        labelled_pair_images(
+            competition.id,
+            *PAIR_OUTCOMES,
+            QUESTION_A.decided_at,
+            QUESTION_B.decided_at,
+            PairSubset.created_at,
+        )
+    ).all()
+    return [(a_id, b_id, right_a, right_b, max(times)) for a_id, b_id, right_a, right_b, *times in rows]
+
+
+def ranking_history(*, db_session: Session, competition: Competition) -> HistoryRead:
+    """Perron ranks after each of up to 24 evenly spaced numbers of labelled pair images.
+
+    The current labels are replayed in the order they were made (a pair image counts from its later
+    decision, or from its pair's selection); a classifier takes part from its registration. Votes later
+    undone or excluded are not replayed: this is how today's labels accumulated, not every state the
+    leaderboard showed.
+    """
+    alpha = competition.smoothing
+    classifiers = ranked_pairs(db_session=db_session, competition=competition).classifiers
+    ranked_ids = {classifier.id for classifier in classifiers}
+    rows = sorted(
+        (
+            (labelled_at, a_id, b_id, correct_a, correct_b)
+            for a_id, b_id, correct_a, correct_b, labelled_at in _decided_pair_images(db_session, competition)
+            if a_id in ranked_ids and b_id in ranked_ids
+        ),
+        key=lambda row: row[0],
+    )
+    cuts = np.unique(np.linspace(1, len(rows), min(len(rows), HISTORY_POINTS)).round().astype(int))
+    return HistoryRead(
+        competition_id=competition.id,
+        classifier_names={classifier.id: classifier.name for classifier in classifiers},
+        points=[_history_point(classifiers, rows[:cut], alpha) for cut in cuts],
+    )
+
+
+def _history_point(classifiers: list[Classifier], rows: list[tuple], alpha: float) -> HistoryPoint:
+    """The Perron ranking of the classifiers registered by the last row's time, from these rows (those
+    without a labelled image yet last, as on the leaderboard)."""
+    as_of: datetime = rows[-1][0]
+    present = [classifier for classifier in classifiers if classifier.created_at <= as_of]
+    index_of = {classifier.id: index for index, classifier in enumerate(present)}
+    by_pair: dict[tuple[int, int], list[tuple[bool, bool]]] = {}
+    for _, a_id, b_id, correct_a, correct_b in rows:
+        if a_id in index_of and b_id in index_of:
+            by_pair.setdefault((index_of[a_id], index_of[b_id]), []).append((correct_a, correct_b))
+    outcomes = {pair: tuple(np.array(labels, dtype=bool).T) for pair, labels in by_pair.items()}
+    counts = count_outcomes(outcomes, len(present))
+    scores = perron_rank(dominance_matrix(pairwise_accuracy(counts, alpha))).scores
+    return HistoryPoint(
+        as_of=as_of,
+        labelled_images=len(rows),
+        classifier_ids=[classifier.id for classifier in present],
+        mad_scores=scores.tolist(),
+        mad_ranks=ranks_from_scores(scores, counts.without_evidence).tolist(),
+    )

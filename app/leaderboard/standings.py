@@ -1,0 +1,271 @@
+"""The leaderboard: the MAD ranking of a competition from its labelled pair images.
+
+Ranked classifiers: those neither failed nor retired that have predictions (ready) or stored pair
+selections, in registration order (Classifier.id), which is the row order of A, B and n. Pairs with a
+retired or failed classifier are ignored; failed and not-yet-ready classifiers are listed as unranked.
+The labels of a pair are its selected images whose two questions are decided (labelling's
+`pair_outcomes`); α is the competition's smoothing. The bootstrap is seeded, so the same votes always
+give the same numbers, and the rankings of the latest counts are remembered per process (the 1000
+resamples are most of a request's time; every admin poll and classifier page asks for them).
+"""
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from app.classifiers.enums import ClassifierStatus
+from app.classifiers.models import Classifier
+from app.classifiers.service import list_classifiers
+from app.competitions.models import Competition
+from app.core.analysis import case_shares, krcc, srcc
+from app.core.ranking import (
+    SCORE_DECIMALS,
+    BootstrapIntervals,
+    PairCounts,
+    Ranking,
+    bootstrap_perron,
+    count_outcomes,
+    rank_classifiers,
+    ranks_from_scores,
+)
+from app.labelling.results import annotators_to_first_label, pair_outcomes
+from app.leaderboard.schemas import (
+    BootstrapSettings,
+    CaseSharesRead,
+    ClassifierStanding,
+    LeaderboardRead,
+    MatricesRead,
+    PairWithoutLabels,
+    UnrankedClassifier,
+)
+
+BOOTSTRAP_RESAMPLES = 1000
+BOOTSTRAP_LEVEL = 0.95
+BOOTSTRAP_SEED = 0
+PROVISIONAL_RANK_SPREAD = 2
+STABLE_K = 15
+"""Paper Fig. 5: the ranking from each pair's first k images agrees with k = 30 (SRCC > 0.9) once k > 15."""
+PROVISIONAL_RULE = (
+    f"A classifier is provisional while its {BOOTSTRAP_LEVEL:.0%} bootstrap rank interval spans more than "
+    f"{PROVISIONAL_RANK_SPREAD + 1} ranks, or while one of its pairs has fewer than min(k, {STABLE_K}) "
+    f"labelled images (paper Fig. 5: rankings settle once k > {STABLE_K}). One without any labelled image "
+    "has no rank yet: it is listed last and its interval spans every rank. Scores equal to "
+    f"{SCORE_DECIMALS} decimals share a rank."
+)
+RANKINGS_REMEMBERED = 64
+
+
+IndexOutcomes = dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]
+
+
+@dataclass(frozen=True)
+class RankedPairs:
+    """The ranked classifiers in registration order and their pairs' outcomes by classifier index."""
+
+    classifiers: list[Classifier]
+    unranked: list[UnrankedClassifier]
+    outcomes: IndexOutcomes
+
+
+def ranked_pairs(*, db_session: Session, competition: Competition) -> RankedPairs:
+    """Who is ranked (module docstring) and the outcomes of the pairs between them, in selection order."""
+    by_pair = pair_outcomes(db_session=db_session, competition=competition)
+    with_subset = {classifier_id for pair in by_pair for classifier_id in pair}
+    ranked, unranked = [], []
+    for classifier in list_classifiers(db_session=db_session, competition_id=competition.id):
+        if classifier.status == ClassifierStatus.retired:
+            continue
+        if classifier.status == ClassifierStatus.failed:
+            unranked.append(_unranked(classifier, classifier.error or "no reason given"))
+        elif classifier.status == ClassifierStatus.ready or classifier.id in with_subset:
+            ranked.append(classifier)
+        else:
+            unranked.append(_unranked(classifier, "waiting for its predictions"))
+    index_of = {classifier.id: index for index, classifier in enumerate(ranked)}
+    outcomes = {
+        (index_of[a_id], index_of[b_id]): (labels[:, 0], labels[:, 1])
+        for (a_id, b_id), labels in by_pair.items()
+        if a_id in index_of and b_id in index_of
+    }
+    return RankedPairs(ranked, unranked, outcomes)
+
+
+def _unranked(classifier: Classifier, reason: str) -> UnrankedClassifier:
+    """The leaderboard entry of a classifier that is not ranked, with why."""
+    return UnrankedClassifier(
+        classifier_id=classifier.id, name=classifier.name, status=classifier.status, reason=reason
+    )
+
+
+def finite_or_none(value: float) -> float | None:
+    """NaN (an undefined correlation) as None."""
+    return None if math.isnan(value) else value
+
+
+def compute_leaderboard(*, db_session: Session, competition: Competition) -> LeaderboardRead:
+    """Perron rank with bootstrap intervals, HodgeRank / Bradley–Terry / win rate, Table 1, A, B and n."""
+    alpha = competition.smoothing
+    pairs = ranked_pairs(db_session=db_session, competition=competition)
+    classifiers, m = pairs.classifiers, len(pairs.classifiers)
+    counts = count_outcomes(pairs.outcomes, m)
+    shares = case_shares(counts)
+    common = dict(
+        competition_id=competition.id,
+        competition_name=competition.name,
+        smoothing=alpha,
+        bootstrap=BootstrapSettings(
+            n_resamples=BOOTSTRAP_RESAMPLES, level=BOOTSTRAP_LEVEL, seed=BOOTSTRAP_SEED
+        ),
+        provisional_rule=PROVISIONAL_RULE,
+        panel_size=competition.panel_size,
+        pairs_without_labels=_pairs_without_labels(db_session, competition, classifiers, counts),
+        unranked=pairs.unranked,
+        case_shares=CaseSharesRead(
+            case_i=shares.case_i, case_ii=shares.case_ii, case_iii=shares.case_iii, images=shares.images
+        ),
+    )
+    if m == 0:
+        return LeaderboardRead(
+            **common,
+            classifiers=[],
+            lambda_max=None,
+            consistency_index=None,
+            srcc=None,
+            krcc=None,
+            correlated_classifiers=0,
+            matrices=MatricesRead(classifier_ids=[], accuracy=[], dominance=[], labelled=[]),
+        )
+    ranking, intervals = rank_with_intervals(counts, alpha)
+    comparison = _accuracy_comparison(classifiers, ranking.perron.scores, ranking.without_evidence)
+    mad_ranks = ranking.ranks
+    hodge_ranks = ranking.ranks_of(ranking.hodge)
+    bradley_terry_ranks = ranking.ranks_of(ranking.bradley_terry)
+    win_rate_ranks = ranking.ranks_of(ranking.win_rate)
+    off_diagonal = ~np.eye(m, dtype=bool)
+    fewest = np.where(off_diagonal, counts.n, np.iinfo(np.int64).max).min(axis=1) if m > 1 else np.zeros(1)
+    settled_with = min(competition.k, STABLE_K)
+    standings = []
+    for i, classifier in enumerate(classifiers):
+        spread = int(intervals.rank_high[i] - intervals.rank_low[i])
+        accuracy_rank, mad_rank_among_reported = comparison.ranks.get(i, (None, None))
+        standings.append(
+            ClassifierStanding(
+                classifier_id=classifier.id,
+                name=classifier.name,
+                status=classifier.status,
+                mad_score=float(ranking.perron.scores[i]),
+                mad_rank=int(mad_ranks[i]),
+                score_low=float(intervals.score_low[i]),
+                score_high=float(intervals.score_high[i]),
+                rank_low=int(intervals.rank_low[i]),
+                rank_high=int(intervals.rank_high[i]),
+                provisional=spread > PROVISIONAL_RANK_SPREAD or int(fewest[i]) < settled_with,
+                hodge_score=float(ranking.hodge[i]),
+                hodge_rank=int(hodge_ranks[i]),
+                bradley_terry_score=float(ranking.bradley_terry[i]),
+                bradley_terry_rank=int(bradley_terry_ranks[i]),
+                win_rate=float(ranking.win_rate[i]),
+                win_rate_rank=int(win_rate_ranks[i]),
+                labelled_images=int(counts.n[i].sum()),
+                fewest_labelled_in_a_pair=int(fewest[i]),
+                reported_accuracy=classifier.reported_accuracy,
+                accuracy_rank=accuracy_rank,
+                mad_rank_among_reported=mad_rank_among_reported,
+                delta_rank=None if accuracy_rank is None else accuracy_rank - mad_rank_among_reported,
+            )
+        )
+    return LeaderboardRead(
+        **common,
+        classifiers=standings,
+        lambda_max=ranking.perron.lambda_max,
+        consistency_index=ranking.perron.consistency_index,
+        srcc=comparison.srcc,
+        krcc=comparison.krcc,
+        correlated_classifiers=len(comparison.ranks),
+        matrices=MatricesRead(
+            classifier_ids=[classifier.id for classifier in classifiers],
+            accuracy=ranking.accuracy.tolist(),
+            dominance=ranking.dominance.tolist(),
+            labelled=counts.n.tolist(),
+        ),
+    )
+
+
+def _pairs_without_labels(
+    db_session: Session, competition: Competition, classifiers: list[Classifier], counts: PairCounts
+) -> list[PairWithoutLabels]:
+    """The pairs of ranked classifiers with no labelled image, with the annotators each waits for."""
+    empty = [
+        (classifiers[i].id, classifiers[j].id)
+        for i, j in zip(*np.triu_indices(counts.m, k=1), strict=True)
+        if counts.n[i, j] == 0
+    ]
+    needed = annotators_to_first_label(db_session=db_session, competition=competition, pairs=empty)
+    return [
+        PairWithoutLabels(
+            classifier_a_id=a,
+            classifier_b_id=b,
+            selected=(a, b) in needed,
+            annotators_needed=needed.get((a, b)),
+        )
+        for a, b in empty
+    ]
+
+
+def rank_with_intervals(counts: PairCounts, alpha: float) -> tuple[Ranking, BootstrapIntervals]:
+    """rank_classifiers and the seeded bootstrap_perron of the counts, remembered per process. Both are
+    pure functions of (counts, α), so the cache is keyed on the counts themselves and is never stale."""
+    return _remembered_ranking(
+        alpha, counts.m, counts.n.tobytes(), counts.correct.tobytes(), counts.wins.tobytes()
+    )
+
+
+@lru_cache(maxsize=RANKINGS_REMEMBERED)
+def _remembered_ranking(
+    alpha: float, m: int, n: bytes, correct: bytes, wins: bytes
+) -> tuple[Ranking, BootstrapIntervals]:
+    """rank_with_intervals of counts given as the bytes of their m×m int64 arrays."""
+    counts = PairCounts(*(np.frombuffer(array, dtype=np.int64).reshape(m, m) for array in (n, correct, wins)))
+    intervals = bootstrap_perron(
+        counts, alpha, n_resamples=BOOTSTRAP_RESAMPLES, level=BOOTSTRAP_LEVEL, seed=BOOTSTRAP_SEED
+    )
+    return rank_classifiers(counts, alpha), intervals
+
+
+@dataclass(frozen=True)
+class AccuracyComparison:
+    """Table 1: {index: (accuracy rank, MAD rank)} among classifiers reporting an accuracy; SRCC, KRCC."""
+
+    ranks: dict[int, tuple[int, int]]
+    srcc: float | None
+    krcc: float | None
+
+
+def _accuracy_comparison(
+    classifiers: list[Classifier], mad_scores: np.ndarray, without_evidence: np.ndarray
+) -> AccuracyComparison:
+    """Accuracy rank and MAD rank over the classifiers that report an accuracy and have labelled images
+    (a MAD rank without labels compares nothing), and their correlations."""
+    reporting = [
+        i
+        for i, classifier in enumerate(classifiers)
+        if classifier.reported_accuracy is not None and not without_evidence[i]
+    ]
+    if not reporting:
+        return AccuracyComparison({}, None, None)
+    accuracy_ranks = ranks_from_scores([classifiers[i].reported_accuracy for i in reporting])
+    mad_ranks = ranks_from_scores(mad_scores[reporting])
+    ranks = {
+        i: (int(accuracy_rank), int(mad_rank))
+        for i, accuracy_rank, mad_rank in zip(reporting, accuracy_ranks, mad_ranks, strict=True)
+    }
+    if len(reporting) < 2:
+        return AccuracyComparison(ranks, None, None)
+    return AccuracyComparison(
+        ranks,
+        finite_or_none(srcc(mad_ranks, accuracy_ranks)),
+        finite_or_none(krcc(mad_ranks, accuracy_ranks)),
+    )

@@ -1,0 +1,175 @@
+"""Bodies before callers: a request's body is refused before it is read when it is too large for its route
+or its caller may not send it, so that an anonymous 1 GB POST costs the server nothing.
+
+- Every route has a body limit: uploads (images, classifiers, prediction shards) MAD_MAX_UPLOAD_BYTES,
+  a competition (its taxonomy file) MAX_COMPETITION_BYTES, any other request MAD_MAX_JSON_BYTES. A declared
+  Content-Length over it is answered 413 at once; a body without one is counted as it arrives and answered
+  413 as soon as it passes the limit (nothing beyond is read).
+- A state-changing request without any credentials (no bearer token, no signed-in session) is answered
+  401 before its body is read, except the sign-in and sign-out forms.
+- A body over SMALL_BODY_BYTES (or of unknown length) is read only for an active admin or worker: their
+  credentials are checked first (a short database step), so a made-up token cannot make the server read
+  or spool gigabytes before its 401.
+"""
+
+import json
+import re
+from dataclasses import dataclass
+
+from starlette.requests import Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.db.session import database_steps
+from app.users import service as users_service
+from app.users.auth import SESSION_GENERATION
+from app.users.models import Role
+
+SMALL_BODY_BYTES = 64 * 1024
+"""Bodies up to this size are read before the endpoint checks the caller (a labelling answer is ~100 B)."""
+MAX_COMPETITION_BYTES = 8 * 1024**2
+"""A competition's JSON, with a custom taxonomy of up to 5,000,000 characters."""
+UPLOAD_ROUTES = (
+    re.compile(r"/api/v1/competitions/[^/]+/(images|classifiers)"),
+    re.compile(r"/api/v1/jobs/[^/]+/predictions"),
+)
+COMPETITION_ROUTE = "/api/v1/competitions"
+OPEN_FORMS = frozenset({"/login", "/logout"})
+"""State-changing routes anyone may post to (their CSRF token is checked by the route)."""
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+LARGE_BODY_ROLES = frozenset({Role.admin, Role.worker})
+
+
+@dataclass(frozen=True)
+class BodyLimits:
+    """The body limits of the settings: uploads and everything else (JSON, forms)."""
+
+    max_upload_bytes: int
+    max_json_bytes: int
+
+    def for_path(self, path: str) -> int:
+        """The largest body the route at `path` accepts."""
+        if any(route.fullmatch(path) for route in UPLOAD_ROUTES):
+            return self.max_upload_bytes
+        if path == COMPETITION_ROUTE:
+            return MAX_COMPETITION_BYTES
+        return self.max_json_bytes
+
+
+class BodyTooLarge(Exception):
+    """Raised inside the app's receive when a body passes its limit."""
+
+
+class BodyGuard:
+    """ASGI middleware applying the module's rules; it sits inside the session middleware (it reads the
+    session cookie) and adds no work to bodies of known small size from callers with credentials."""
+
+    def __init__(self, app: ASGIApp, limits: BodyLimits):
+        self.app = app
+        self.limits = limits
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in BODY_METHODS:
+            await self.app(scope, receive, send)
+            return
+        limit = self.limits.for_path(scope["path"])
+        declared = _content_length(scope)
+        if declared is not None and declared > limit:
+            await _refuse(send, 413, "too_large", f"this request's body is limited to {limit:,} bytes")
+            return
+        if scope["path"] not in OPEN_FORMS:
+            refusal = await self._caller_refusal(scope, declared)
+            if refusal is not None:
+                await _refuse(send, *refusal)
+                return
+        await self._counted(scope, receive, send, limit)
+
+    async def _caller_refusal(self, scope: Scope, declared: int | None) -> tuple[int, str, str] | None:
+        """(status, code, message) when the caller may not send this body; None when they may."""
+        request = Request(scope)
+        token = _bearer_token(scope)
+        session = scope.get("session") or {}
+        if token is None and session.get("user_id") is None:
+            return 401, "not_authenticated", "sign in or send an API token (Authorization: Bearer mad_…)"
+        if declared is not None and declared <= SMALL_BODY_BYTES:
+            return None
+        steps = request.app.dependency_overrides.get(database_steps, database_steps)
+        runner = steps(request) if steps is database_steps else steps()
+        role = await runner.run(lambda db: _role_of(db, token, session))
+        if role is None:
+            return 401, "not_authenticated", "invalid or revoked credentials"
+        if role not in LARGE_BODY_ROLES:
+            return 403, "forbidden", f"bodies over {SMALL_BODY_BYTES:,} bytes are for admins and workers"
+        return None
+
+    async def _counted(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+        """Run the app with a receive that stops at `limit` bytes; then answer 413 instead of its answer."""
+        received = 0
+        over = False
+        started = False
+
+        async def counting_receive() -> Message:
+            nonlocal received, over
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    over = True
+                    raise BodyTooLarge
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started
+            if over:
+                return
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, guarded_send)
+        except BodyTooLarge:
+            pass
+        if over and not started:
+            await _refuse(send, 413, "too_large", f"this request's body is limited to {limit:,} bytes")
+
+
+def _role_of(db_session, token: str | None, session: dict) -> Role | None:
+    """The role of the active account behind the token or session cookie; None when there is none."""
+    if token is not None:
+        user = users_service.user_for_token(db_session=db_session, token=token)
+    else:
+        user = users_service.session_user(
+            db_session=db_session,
+            user_id=session["user_id"],
+            session_generation=session.get(SESSION_GENERATION),
+        )
+    return None if user is None else user.role
+
+
+def _content_length(scope: Scope) -> int | None:
+    """The declared Content-Length, or None when absent (a chunked body) or not a number."""
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            return int(value) if value.isdigit() else None
+    return None
+
+
+def _bearer_token(scope: Scope) -> str | None:
+    """The token of an `Authorization: Bearer …` header."""
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                return token.strip()
+    return None
+
+
+async def _refuse(send: Send, status: int, code: str, message: str) -> None:
+    """Answer {"detail", "code"} with `status`, as the API's errors are, and close the connection (the
+    unread body is never read)."""
+    body = json.dumps({"detail": message, "code": code}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers.append((b"connection", b"close"))
+    if status == 401:
+        headers.append((b"www-authenticate", b"Bearer"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

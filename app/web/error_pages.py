@@ -1,0 +1,108 @@
+"""Errors as pages: a browser opening a page that fails gets an HTML page with a way back; the API keeps
+its JSON errors ({"detail", "code"}) for every other caller."""
+
+import json
+from collections.abc import Awaitable, Callable
+from urllib.parse import quote, urlsplit
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import WebSocketRequestValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
+
+from app.users.auth import SESSION_GENERATION
+from app.users.models import User
+from app.users.service import session_user
+from app.web.templating import render
+
+Handler = Callable[[Request, Exception], Awaitable[Response]]
+
+TITLES = {
+    400: "Bad request",
+    401: "Sign in needed",
+    403: "Not allowed",
+    404: "Not found",
+    405: "Not possible here",
+    409: "Conflict",
+    413: "Too large",
+    422: "Something in the address is wrong",
+    429: "Too many requests",
+    503: "Try again shortly",
+}
+
+
+def wants_html(request: Request) -> bool:
+    """A browser asking for a page (Accept: text/html) outside the REST API."""
+    return "text/html" in request.headers.get("accept", "") and not request.url.path.startswith("/api/")
+
+
+def error_message(detail: object, path: str, status_code: int) -> str:
+    """The JSON error's detail as a sentence: a service's message, or the fields a validation refused."""
+    if status_code == 404 and detail == "Not Found":
+        return f"There is no page at {path}."
+    if isinstance(detail, list):
+        detail = "; ".join(
+            f"{' '.join(str(part) for part in error.get('loc', ())[1:])}: {error.get('msg', '')}"
+            for error in detail
+            if isinstance(error, dict)
+        )
+    text = str(detail).strip()
+    return (text[:1].upper() + text[1:]).rstrip(".") + "."
+
+
+def way_back(request: Request) -> str | None:
+    """The page the visitor came from on this site (its Referer), unless it is this very page."""
+    referer = urlsplit(request.headers.get("referer", ""))
+    if referer.netloc != request.url.netloc or not referer.path.startswith("/"):
+        return None
+    back = referer.path + (f"?{referer.query}" if referer.query else "")
+    return None if back == request.url.path else back
+
+
+def _signed_in_user(request: Request) -> User | None:
+    """The session's active user, for the page header; None when anonymous or the database cannot say."""
+    user_id = request.session.get("user_id") if "session" in request.scope else None
+    if user_id is None:
+        return None
+    try:
+        with request.app.state.sessionmaker() as db_session:
+            generation = request.session.get(SESSION_GENERATION)
+            return session_user(db_session=db_session, user_id=user_id, session_generation=generation)
+    except Exception:  # the page must render even when the error was the database's
+        return None
+
+
+def _as_page(json_handler: Handler) -> Handler:
+    """Wrap a JSON error handler: browsers asking for a page get error.html with the same status."""
+
+    async def handler(request: Request, error: Exception) -> Response:
+        response = await json_handler(request, error)
+        if not wants_html(request) or response.status_code < 400 or not response.body:
+            return response
+        detail = json.loads(response.body).get("detail", "")
+        status_code = response.status_code
+        user = None if status_code == 503 else await run_in_threadpool(_signed_in_user, request)
+        page = render(
+            request,
+            "error.html",
+            status_code=status_code,
+            code=status_code,
+            user=user,
+            title=TITLES.get(status_code, "Something went wrong"),
+            message=error_message(detail, request.url.path, status_code),
+            back=way_back(request),
+            sign_in=f"/login?next={quote(request.url.path)}" if status_code in (401, 403) else None,
+        )
+        for name in ("Retry-After", "WWW-Authenticate"):
+            if name in response.headers:
+                page.headers[name] = response.headers[name]
+        return page
+
+    return handler
+
+
+def install_error_pages(app: FastAPI) -> None:
+    """Make every installed JSON error handler answer browsers' page requests with an HTML page."""
+    for error_class, json_handler in list(app.exception_handlers.items()):
+        if error_class is not WebSocketRequestValidationError:
+            app.exception_handlers[error_class] = _as_page(json_handler)

@@ -1,0 +1,114 @@
+"""The domain packages are layers that only look down; the web edges (routers, pages, auth), the CLI and
+the demo orchestrate across them (docs/architecture.md)."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = ROOT / "app"
+DOMAINS = ("users", "competitions", "images", "classifiers", "labelling", "jobs", "leaderboard")
+"""Lowest first: a domain's modules import only domains before it."""
+FOUNDATIONS = ("app.core", "app.db.base", "app.db.engine", "app.db.statements", "app.errors", "app.settings")
+FOUNDATIONS += ("app.security", "app.storage")
+WEB_EDGES = ("router.py", "pages.py", "auth.py")
+"""Modules that answer HTTP requests: they may call any domain, and only they may use FastAPI."""
+WEB = ("fastapi", "starlette", "app.db.session", "app.web", "app.main")
+
+
+def imported_modules(source: Path) -> set[str]:
+    """Every absolute module a file imports, at the top or inside a function."""
+    names = set()
+    for node in ast.walk(ast.parse(source.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def within(name: str, package: str) -> bool:
+    """Whether a module name is the package or inside it."""
+    return name == package or name.startswith(package + ".")
+
+
+def domain_modules() -> list[tuple[str, Path]]:
+    """(domain, file) for every module of the domain packages that is not a web edge."""
+    return [
+        (domain, source)
+        for domain in DOMAINS
+        for source in sorted((APP / domain).glob("*.py"))
+        if source.name not in WEB_EDGES
+    ]
+
+
+@pytest.mark.parametrize(("domain", "source"), domain_modules(), ids=lambda value: str(value))
+def test_domain_modules_import_only_lower_layers_and_no_web(domain, source):
+    allowed = (f"app.{domain}", *FOUNDATIONS, *(f"app.{lower}" for lower in DOMAINS[: DOMAINS.index(domain)]))
+    for name in imported_modules(source):
+        assert not any(within(name, web) for web in WEB), f"{domain}/{source.name} imports {name}"
+        if within(name, "app") and name != "app":
+            assert any(within(name, package) for package in allowed), f"{domain}/{source.name} imports {name}"
+
+
+def test_the_core_modules_import_each_other_without_cycles():
+    graph = {
+        source.stem: {
+            name.removeprefix("app.core.").split(".")[0]
+            for name in imported_modules(source)
+            if name.startswith("app.core.")
+        }
+        for source in (APP / "core").glob("*.py")
+    }
+    graph = {module: {other for other in imports if other in graph} for module, imports in graph.items()}
+    done: set[str] = set()
+
+    def visit(module: str, trail: tuple[str, ...]) -> None:
+        assert module not in trail, f"import cycle: {' -> '.join((*trail, module))}"
+        if module in done:
+            return
+        for other in graph[module]:
+            visit(other, (*trail, module))
+        done.add(module)
+
+    for module in graph:
+        visit(module, ())
+
+
+def test_models_and_the_database_base_need_no_web_framework():
+    for source in [APP / "models.py", *APP.glob("db/*.py"), *APP.glob("*/models.py")]:
+        if source.name == "session.py":
+            continue
+        for name in imported_modules(source):
+            assert not any(within(name, web) for web in WEB), f"{source.relative_to(APP)} imports {name}"
+
+
+def loaded_packages(module: str) -> set[str]:
+    """The top-level packages a fresh interpreter has loaded after importing `module`."""
+    code = f"import sys, {module}; print(' '.join(sorted({{name.split('.')[0] for name in sys.modules}})))"
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    return set(run.stdout.split())
+
+
+def test_a_worker_loads_neither_the_web_framework_nor_the_database():
+    assert loaded_packages("workers.worker") & {"fastapi", "starlette", "uvicorn", "sqlalchemy"} == set()
+
+
+def test_the_command_line_loads_no_web_framework_until_it_serves():
+    assert loaded_packages("app.cli.main") & {"fastapi", "starlette", "uvicorn"} == set()
+
+
+def test_the_blob_stores_need_no_domain_and_no_web_framework():
+    for source in (APP / "storage").glob("*.py"):
+        if source.name == "responses.py":  # a blob as an HTTP response: for the web edges only
+            continue
+        for name in imported_modules(source):
+            assert not any(within(name, web) for web in WEB), f"storage/{source.name} imports {name}"
+            domains = [f"app.{domain}" for domain in DOMAINS]
+            assert not any(within(name, domain) for domain in domains), (
+                f"storage/{source.name} imports {name}"
+            )

@@ -1,0 +1,52 @@
+"""A predict job claimed by a worker through the API, as the worker protocol's tests start from."""
+
+from dataclasses import dataclass
+
+from app.classifiers.enums import ClassifierSource, ClassifierStatus
+from app.classifiers.models import Classifier
+from app.jobs.models import Job
+from app.jobs.service import enqueue_predictions
+from app.users.models import Role
+from tests.conftest import bearer, make_user
+from tests.jobs.test_classifier_registration import add_images
+
+
+@dataclass(frozen=True)
+class ClaimedShard:
+    """A timm-pretrained classifier's predict job over a competition's images, claimed by a worker."""
+
+    classifier: Classifier
+    job: Job
+    claimed: dict
+    worker: dict[str, str]
+
+    @property
+    def url(self) -> str:
+        """Where the worker uploads the shard's predictions."""
+        return f"/api/v1/jobs/{self.claimed['id']}/predictions"
+
+    @property
+    def lease(self) -> dict[str, str]:
+        """The form field proving the worker holds the lease."""
+        return {"lease_token": self.claimed["lease_token"]}
+
+
+def claimed_shard(client, db_session, competition, images: int) -> ClaimedShard:
+    """`images` images in the competition and a classifier to predict them in one job, claimed through
+    POST /api/v1/jobs/claim by a new worker account."""
+    add_images(db_session, competition, images)
+    classifier = Classifier(
+        competition_id=competition.id,
+        name="remote",
+        source=ClassifierSource.timm_pretrained,
+        pretrained_tag="resnet18.a1_in1k",
+        architecture="resnet18",
+        status=ClassifierStatus.predicting,
+    )
+    db_session.add(classifier)
+    db_session.flush()
+    (job,) = enqueue_predictions(db_session=db_session, classifier=classifier, max_attempts=3, shard_size=100)
+    db_session.commit()
+    worker = bearer(db_session, make_user(db_session, "gpu-box", Role.worker))
+    (claimed,) = client.post("/api/v1/jobs/claim", json={"worker": "gpu-box"}, headers=worker).json()["jobs"]
+    return ClaimedShard(classifier, job, claimed, worker)
