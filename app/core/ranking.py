@@ -1,4 +1,6 @@
-"""From human labels on each pair's images to a global ranking (paper Sec. 2.1, Eq. 1 and 5; DESIGN.md).
+"""From human labels on each pair's images to a global ranking (paper Sec. 2.1, Eq. 1 and 5).
+
+The method as implemented: docs/architecture.md, Ranking.
 
 Input per pair (i, j): two aligned boolean arrays over the pair's labelled images, "f_i was right" and "f_j
 was right". Everything downstream uses Laplace-smoothed accuracies, so no entry is 0 or 1, and every

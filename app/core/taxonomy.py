@@ -1,4 +1,6 @@
-"""Class taxonomies and the WordNet-weighted MAD distance between classes (paper Eq. 3, DESIGN.md).
+"""Class taxonomies and the WordNet-weighted MAD distance between classes (paper Eq. 3).
+
+The method as implemented: docs/architecture.md, Distance.
 
 A taxonomy is a rooted DAG (a node may have several parents, as in WordNet). Each class has one or more
 hypernym paths root -> class; the root is at depth 0 and an edge from a parent at depth l weighs 2**-l.
@@ -36,7 +38,7 @@ class TaxonomyError(ValueError):
 
 
 def path_distance(p: HierarchyPath, q: HierarchyPath) -> float:
-    """d(p, q) = Σ_{l=c}^{D1-1} 2^-l + Σ_{l=c}^{D2-1} 2^-l = 2^(2-c) - 2^(1-D1) - 2^(1-D2) (Eq. 3, DESIGN.md).
+    """d(p, q) = Σ_{l=c}^{D1-1} 2^-l + Σ_{l=c}^{D2-1} 2^-l = 2^(2-c) - 2^(1-D1) - 2^(1-D2) (Eq. 3).
 
     c is the depth of the last node of the paths' common prefix, D1 and D2 the depths of their leaves.
     """
@@ -100,7 +102,7 @@ class Taxonomy:
             raise TaxonomyError(f"unknown class {label!r} in taxonomy {self.key!r}") from None
 
     def distance(self, a: str, b: str) -> float:
-        """d(a, b) = min over paths p of a, q of b of path_distance(p, q) (Eq. 3, DESIGN.md)."""
+        """d(a, b) = min over paths p of a, q of b of path_distance(p, q) (Eq. 3)."""
         paths_a, paths_b = self.paths[self.index_of(a)], self.paths[self.index_of(b)]
         return min(path_distance(p, q) for p in paths_a for q in paths_b)
 

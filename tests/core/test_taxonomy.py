@@ -1,4 +1,4 @@
-"""Taxonomies and the WordNet-weighted distance (paper Eq. 3, Fig. 2; DESIGN.md)."""
+"""Taxonomies and the WordNet-weighted distance (paper Eq. 3, Fig. 2; docs/architecture.md, Distance)."""
 
 import itertools
 import json
@@ -19,7 +19,7 @@ FOUNTAIN, CHURCH, DRAKE, COOT = "n03388043", "n03028079", "n01847000", "n0201820
 
 
 def literal_distance(p: tuple[str, ...], q: tuple[str, ...]) -> float:
-    """DESIGN.md word for word: common node at depth c, leaves at depths D1, D2."""
+    """docs/architecture.md, Distance, word for word: common node at depth c, leaves at depths D1, D2."""
     c = max(depth for depth in range(min(len(p), len(q))) if p[: depth + 1] == q[: depth + 1])
     return sum(2**-level for level in range(c, len(p) - 1)) + sum(2**-level for level in range(c, len(q) - 1))
 
