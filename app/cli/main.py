@@ -10,6 +10,7 @@ from app.cli.competitions import competitions_app
 from app.cli.db import db_app
 from app.cli.demo import demo
 from app.cli.images import images_app
+from app.cli.release import release
 from app.cli.simulate import simulate
 from app.cli.taxonomy import taxonomy_app
 from app.cli.users import users_app
@@ -30,6 +31,7 @@ app.command()(worker)
 app.command()(jobs)
 app.command()(simulate)
 app.command()(demo)
+app.command()(release)
 
 
 @app.command()

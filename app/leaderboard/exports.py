@@ -63,7 +63,7 @@ class ExportTable:
     batches: Callable[[ExportSource, pa.Schema], Iterator[pa.RecordBatch]]
 
 
-def _rows_in_batches(
+def rows_in_batches(
     source: ExportSource, schema: pa.Schema, query: Callable[[Session, tuple | None], list], row
 ) -> Iterator[pa.RecordBatch]:
     """Record batches from `query(session, after)`, which returns up to BATCH_ROWS rows after the keyset
@@ -133,7 +133,7 @@ def _votes_batches(source: ExportSource, schema: pa.Schema) -> Iterator[pa.Recor
             "counted": gold_answer is None and not votes_excluded,
         }
 
-    return _rows_in_batches(source, schema, query, row)
+    return rows_in_batches(source, schema, query, row)
 
 
 # Questions (admin) -----------------------------------------------------------------------------------------
@@ -184,7 +184,7 @@ def _questions_batches(source: ExportSource, schema: pa.Schema) -> Iterator[pa.R
             "no_votes": question.no_votes,
         }
 
-    return _rows_in_batches(source, schema, query, row)
+    return rows_in_batches(source, schema, query, row)
 
 
 # Subsets (admin) -----------------------------------------------------------------------------------------
@@ -278,7 +278,7 @@ def _subsets_batches(source: ExportSource, schema: pa.Schema) -> Iterator[pa.Rec
             "image_author": image.author,
         }
 
-    return _rows_in_batches(source, schema, query, row)
+    return rows_in_batches(source, schema, query, row)
 
 
 # Prediction summaries (admin) ----------------------------------------------------------------------------

@@ -26,7 +26,6 @@ from app.leaderboard.gallery import pair_gallery
 from app.leaderboard.history import ranking_history
 from app.leaderboard.schemas import (
     ClassifierAnalysisRead,
-    ClassifierStanding,
     HistoryRead,
     LeaderboardRead,
     PairGalleryRead,
@@ -35,6 +34,7 @@ from app.leaderboard.schemas import (
     SnapshotWithLeaderboard,
 )
 from app.leaderboard.standings import compute_leaderboard
+from app.leaderboard.tables import LEADERBOARD_TABLES, LeaderboardTable
 from app.users.auth import AdminUser
 from app.web.dependencies import CompetitionDep, SettingsDep
 from app.web.errors import error_responses
@@ -53,94 +53,10 @@ def export_sessions(request: Request) -> sessionmaker[Session]:
 ExportSessions = Annotated[sessionmaker[Session], Depends(export_sessions)]
 
 
-CsvTable = Literal["classifiers", "pairs", "summary"]
-SUMMARY_COLUMNS = (
-    "competition_id",
-    "competition_name",
-    "smoothing",
-    "classifiers",
-    "lambda_max",
-    "consistency_index",
-    "srcc",
-    "krcc",
-    "correlated_classifiers",
-    "case_i",
-    "case_ii",
-    "case_iii",
-    "labelled_pair_images",
-    "bootstrap_resamples",
-    "bootstrap_level",
-    "bootstrap_seed",
-)
-PAIR_COLUMNS = ("classifier_i_id", "classifier_i", "classifier_j_id", "classifier_j", "a_ij", "b_ij", "n_ij")
-
-
-def _classifier_rows(leaderboard: LeaderboardRead) -> list[dict]:
-    """One row per ranked classifier (registration order) with every standing field."""
-    return [standing.model_dump(mode="json") for standing in leaderboard.classifiers]
-
-
-def _pair_rows(leaderboard: LeaderboardRead) -> list[dict]:
-    """A, B and n in long form: one row per (i, j) of the ranked classifiers, diagonal included, in row-major
-    order of classifier_ids."""
-    matrices = leaderboard.matrices
-    names = {standing.classifier_id: standing.name for standing in leaderboard.classifiers}
-    return [
-        dict(
-            zip(
-                PAIR_COLUMNS,
-                (
-                    id_i,
-                    names[id_i],
-                    id_j,
-                    names[id_j],
-                    matrices.accuracy[i][j],
-                    matrices.dominance[i][j],
-                    matrices.labelled[i][j],
-                ),
-                strict=True,
-            )
-        )
-        for i, id_i in enumerate(matrices.classifier_ids)
-        for j, id_j in enumerate(matrices.classifier_ids)
-    ]
-
-
-def _summary_rows(leaderboard: LeaderboardRead) -> list[dict]:
-    """One row: λmax, consistency index, SRCC, KRCC, case shares and how the numbers were made."""
-    shares, bootstrap = leaderboard.case_shares, leaderboard.bootstrap
-    values = (
-        leaderboard.competition_id,
-        leaderboard.competition_name,
-        leaderboard.smoothing,
-        len(leaderboard.classifiers),
-        leaderboard.lambda_max,
-        leaderboard.consistency_index,
-        leaderboard.srcc,
-        leaderboard.krcc,
-        leaderboard.correlated_classifiers,
-        shares.case_i,
-        shares.case_ii,
-        shares.case_iii,
-        shares.images,
-        bootstrap.n_resamples,
-        bootstrap.level,
-        bootstrap.seed,
-    )
-    return [dict(zip(SUMMARY_COLUMNS, values, strict=True))]
-
-
-CSV_TABLES = {
-    "classifiers": (tuple(ClassifierStanding.model_fields), _classifier_rows),
-    "pairs": (PAIR_COLUMNS, _pair_rows),
-    "summary": (SUMMARY_COLUMNS, _summary_rows),
-}
-
-
-def leaderboard_csv(leaderboard: LeaderboardRead, table: CsvTable) -> str:
+def leaderboard_csv(leaderboard: LeaderboardRead, table: LeaderboardTable) -> str:
     """One table of the leaderboard as CSV with a header (empty field = null; text a spreadsheet would run
     as a formula starts with an apostrophe)."""
-    columns, rows = CSV_TABLES[table]
+    columns, rows = LEADERBOARD_TABLES[table]
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
@@ -166,7 +82,7 @@ def read_leaderboard(
     competition: CompetitionDep,
     format: Annotated[Literal["json", "csv"] | None, Query(description="json (default) or csv")] = None,
     table: Annotated[
-        CsvTable | None,
+        LeaderboardTable | None,
         Query(
             description="With CSV, which table: classifiers (default; one row per ranked classifier), pairs "
             "(A, B and n in long form: i, j, a_ij, b_ij, n_ij) or summary (λmax, consistency index, SRCC, "
