@@ -169,6 +169,7 @@
     busy: "Every open image is being labelled by someone else right now.",
     skipped: "Only the images you skipped are left.",
     finished: "Nothing is left for you to label here. Thank you!",
+    paused: "You are paused in this competition.",
   };
 
   function showNothing(reason) {
@@ -191,6 +192,18 @@
   function showNext(data) {
     if (data.item) showItem(data.item);
     else showNothing(data.status);
+  }
+
+  // Quality control paused the annotator here: say why; nothing more can be answered until an admin decides.
+  function showPaused(reason) {
+    showNothing("paused");
+    question.textContent = reason;
+    say("");
+  }
+
+  function showAfterAnswers(result) {
+    if (result.paused) showPaused(result.paused);
+    else showNext(result.next);
   }
 
   async function loadNext() {
@@ -251,7 +264,7 @@
     try {
       const result = await sendAnswers(kept.answers);
       say(`Sent the ${kept.answers.length} answers kept from before you signed in again.`);
-      showNext(result.next);
+      showAfterAnswers(result);
     } catch (error) {
       if (error.status === 401) throw error;
       sessionStorage.removeItem(pendingKey);
@@ -286,7 +299,7 @@
         throw error;
       }
       say(`Answered ${value ? "yes" : "no"}. Saved.`);
-      showNext(result.next);
+      showAfterAnswers(result);
       sinceStats += 1;
       if (sinceStats >= STATS_EVERY) await refreshStats();
     });
@@ -463,7 +476,8 @@
   });
 
   run(async () => {
-    if (!(await sendKeptAnswers())) await loadNext();
+    if (app.dataset.paused) showPaused(app.dataset.paused);
+    else if (!(await sendKeptAnswers())) await loadNext();
     await refreshStats();
   });
 })();

@@ -1,4 +1,5 @@
-"""Admin pages: competitions, images, classifiers (Algorithm 2 runs on its own), job progress, annotators.
+"""Admin pages: competitions, images, classifiers (Algorithm 2 runs on its own), job progress, annotators,
+gold questions and quality control.
 
 The pages only read; their forms call the REST API from static/forms.js with the page's CSRF token, so
 every admin action has one implementation (and one set of checks) behind the API.
@@ -18,6 +19,8 @@ from app.images.service import image_counts
 from app.jobs.service import competition_progress
 from app.labelling.annotators import annotator_stats
 from app.labelling.gold import gold_questions
+from app.labelling.models import QualityFlagKind
+from app.labelling.quality import list_flags
 from app.leaderboard import snapshots
 from app.leaderboard.standings import compute_leaderboard
 from app.users import service as users_service
@@ -109,4 +112,27 @@ def admin_gold(request: Request, db_session: SessionDep, user: OptionalUser, com
         competition=competition,
         gold=by_image,
         classes=list(enumerate(competition.class_names)),
+    )
+
+
+FLAG_KINDS = {
+    QualityFlagKind.gold: "gold accuracy (paused)",
+    QualityFlagKind.fast: "fast answers",
+    QualityFlagKind.run: "run of one answer",
+}
+
+
+@router.get("/admin/competitions/{competition_id}/quality", response_class=HTMLResponse)
+def admin_quality(request: Request, db_session: SessionDep, user: OptionalUser, competition: CompetitionDep):
+    """Quality control: its settings, and the flags on annotators' answers with a decision on each."""
+    admin = page_user(request, user, *ADMIN_ROLES)
+    if isinstance(admin, RedirectResponse):
+        return admin
+    return render(
+        request,
+        "admin_quality.html",
+        user=admin,
+        competition=competition,
+        flags=list_flags(db_session=db_session, competition=competition),
+        kinds=FLAG_KINDS,
     )

@@ -13,7 +13,9 @@ MIN_SMOOTHING, MAX_SMOOTHING = 0.001, 1000.0
 
 
 class Competition(Base):
-    """One MAD competition (paper Algorithm 1) with its parameters k, T, label cap, panel and smoothing."""
+    """One MAD competition (paper Algorithm 1) with its parameters k, T, label cap, panel and smoothing, and
+    its quality control: the gold rate, and the gold accuracy below which an annotator is paused once they
+    have answered gold_min_answers gold questions (0 never pauses)."""
 
     __tablename__ = "competitions"
     __table_args__ = (
@@ -25,6 +27,8 @@ class Competition(Base):
             f"smoothing >= {MIN_SMOOTHING} AND smoothing <= {MAX_SMOOTHING}", name="smoothing_in_range"
         ),
         CheckConstraint("gold_rate >= 0 AND gold_rate < 1", name="gold_rate_unit"),
+        CheckConstraint("gold_threshold >= 0 AND gold_threshold <= 1", name="gold_threshold_unit"),
+        CheckConstraint("gold_min_answers >= 1", name="gold_min_answers_positive"),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -41,4 +45,6 @@ class Competition(Base):
     panel_size: Mapped[int] = mapped_column(default=5)
     smoothing: Mapped[float] = mapped_column(default=1.0)
     gold_rate: Mapped[float] = mapped_column(default=0.0)
+    gold_threshold: Mapped[float] = mapped_column(default=0.0)
+    gold_min_answers: Mapped[int] = mapped_column(default=10)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

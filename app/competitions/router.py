@@ -40,13 +40,14 @@ def read_competition(competition: CompetitionDep, db_session: SessionDep) -> Com
 
 @router.patch(
     "/{competition_id}",
-    summary="Change a competition's description or guidelines (admin)",
+    summary="Change a competition's description, guidelines or quality control (admin)",
     responses=error_responses(401, 403, 404, 422),
 )
 def update_competition(
     body: CompetitionUpdate, db_session: SessionDep, _admin: AdminUser, competition: CompetitionDep
 ) -> CompetitionRead:
-    """Set the description and the annotators' guidelines (fields left out stay as they are)."""
+    """Set the description, the annotators' guidelines, the gold accuracy threshold that pauses an annotator
+    and the gold answers it needs first (fields left out stay as they are)."""
     service.update_competition(db_session=db_session, competition=competition, change=body)
     return service.to_read(competition, image_counts(db_session=db_session).get(competition.id, 0))
 

@@ -9,6 +9,20 @@ from app.competitions.models import MAX_SMOOTHING, MIN_SMOOTHING
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 GUIDELINES_MAX = 20_000
+GOLD_THRESHOLD = Field(
+    default=0.0,
+    ge=0,
+    le=1,
+    allow_inf_nan=False,
+    description="Quality control: an annotator whose accuracy on gold questions falls below this share is "
+    "paused in the competition until an admin decides (0 never pauses).",
+)
+GOLD_MIN_ANSWERS = Field(
+    default=10,
+    ge=1,
+    le=10_000,
+    description="Gold answers an annotator gives before their gold accuracy can pause them.",
+)
 TaxonomyKind = Literal["imagenet-1k", "imagenet-a", "wordnet", "custom"]
 
 
@@ -58,6 +72,8 @@ class CompetitionCreate(BaseModel):
         lt=1,
         description="Probability that an image handed to an annotator is a gold one (drawn each time).",
     )
+    gold_threshold: float = GOLD_THRESHOLD
+    gold_min_answers: int = GOLD_MIN_ANSWERS
 
     @field_validator("panel_size")
     @classmethod
@@ -69,11 +85,14 @@ class CompetitionCreate(BaseModel):
 
 
 class CompetitionUpdate(BaseModel):
-    """What can change once a competition runs: its description and its guidelines for annotators (the
-    label set and the MAD parameters are fixed, as selections and votes depend on them)."""
+    """What can change once a competition runs: its description, its guidelines for annotators and its
+    quality control (the label set and the MAD parameters are fixed, as selections and votes depend on
+    them)."""
 
     description: str | None = Field(default=None, max_length=2000)
     guidelines: str | None = Field(default=None, max_length=GUIDELINES_MAX)
+    gold_threshold: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
+    gold_min_answers: int | None = Field(default=None, ge=1, le=10_000)
 
 
 class CompetitionRead(BaseModel):
@@ -93,6 +112,8 @@ class CompetitionRead(BaseModel):
     panel_size: int
     smoothing: float
     gold_rate: float
+    gold_threshold: float
+    gold_min_answers: int
     created_at: datetime
     image_count: int
 

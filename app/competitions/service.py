@@ -65,7 +65,7 @@ def get_competition(*, db_session: Session, competition_id: int) -> Competition:
 
 
 def update_competition(*, db_session: Session, competition: Competition, change: CompetitionUpdate) -> None:
-    """Set the description and guidelines given (None leaves one as it is)."""
+    """Set the description, guidelines and quality settings given (None leaves one as it is)."""
     for field, value in change.model_dump(exclude_none=True).items():
         setattr(competition, field, value)
     db_session.flush()
@@ -105,6 +105,8 @@ def to_read(competition: Competition, image_count: int) -> CompetitionRead:
         panel_size=competition.panel_size,
         smoothing=competition.smoothing,
         gold_rate=competition.gold_rate,
+        gold_threshold=competition.gold_threshold,
+        gold_min_answers=competition.gold_min_answers,
         created_at=competition.created_at,
         image_count=image_count,
     )

@@ -18,6 +18,7 @@ from app.errors import Conflict, InvalidInput, NotFound
 from app.labelling import rules
 from app.labelling.items import lock_item, set_assignment
 from app.labelling.models import Assignment, AssignmentStatus, DifficultyFlag, LabelItem
+from app.labelling.quality import check_answers
 from app.labelling.statements import (
     IMAGE_QUESTIONS,
     INSERT_VOTE,
@@ -50,7 +51,8 @@ def submit_answers(
 ) -> SubmitResult:
     """Record an annotator's answers on one image; a strict majority of the panel decides a question and
     stops its asking (paper Sec. 3.1). Answers to questions decided meanwhile are not stored; resending an
-    answer already stored is a no-op; changing one needs undo."""
+    answer already stored is a no-op; changing one needs undo. New answers are then checked
+    (app.labelling.quality), which may pause the annotator."""
     question_ids = [answer.question_id for answer in answers]
     if len(set(question_ids)) != len(question_ids):
         raise InvalidInput("each question may be answered once per submission")
@@ -101,7 +103,8 @@ def submit_answers(
             UPDATE_NEEDED.write(db_session, {"item_id": item.id, "new_needed": needed})
         status = AssignmentStatus.done if item_done else AssignmentStatus.leased
         set_assignment(db_session, item.id, user.id, status, now)
-    return SubmitResult(recorded=len(new_votes), already_decided=already_decided, item_done=item_done)
+    paused = check_answers(db_session, competition, user, now) if new_votes else None
+    return SubmitResult(len(new_votes), already_decided, item_done, paused)
 
 
 def _counts_row(question: _Votes) -> dict:

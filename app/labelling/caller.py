@@ -19,12 +19,14 @@ from app.users.models import Role
 @dataclass(frozen=True)
 class LabellingCaller:
     """An annotator's request resolved in one query: who calls, the competition (None when there is no
-    such competition), and the token they called with (id and last use) if any."""
+    such competition), the token they called with (id and last use) if any, and why they are paused in
+    the competition (app.labelling.quality), if they are."""
 
     labeller: Labeller
     competition: LabellingSettings | None
     token_id: int | None
     token_last_used_at: datetime | None
+    paused: str | None
 
 
 def labelling_caller(
@@ -60,8 +62,14 @@ def labelling_caller(
     competition = (
         None
         if row.competition_id is None
-        else LabellingSettings(row.competition_id, row.created_at, row.panel_size, row.gold_rate)
+        else LabellingSettings(
+            row.competition_id,
+            row.created_at,
+            row.panel_size,
+            row.gold_rate,
+            row.gold_threshold,
+            row.gold_min_answers,
+        )
     )
-    return LabellingCaller(
-        Labeller(row.id, Role(row.role), row.votes_excluded), competition, row.token_id, row.last_used_at
-    )
+    labeller = Labeller(row.id, Role(row.role), row.votes_excluded)
+    return LabellingCaller(labeller, competition, row.token_id, row.last_used_at, row.paused)

@@ -11,7 +11,9 @@ several connections:
 3. label items: one waited for (the image answered, flagged or undone), any others taken with SKIP LOCKED
    (the next image), or several in id order by admin and worker work;
 4. the annotator's undo row in the competition;
-5. assignments, votes and flags of an item: only while holding the item's lock.
+5. assignments, votes and flags of an item: only while holding the item's lock;
+6. the annotator's quality flags in the competition: inserted last by an answer (app.labelling.quality);
+   an admin's decision on one takes the annotator's row (1) first, then the flag.
 """
 
 from datetime import datetime, timedelta

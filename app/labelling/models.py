@@ -5,7 +5,7 @@ and the labelling queue: one item per image with its leases.
 from datetime import datetime
 from enum import StrEnum
 
-from sqlalchemy import ForeignKey, Index, UniqueConstraint
+from sqlalchemy import ForeignKey, Index, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db.base import Base, str_enum, utcnow
@@ -179,3 +179,36 @@ class UndoDepth(Base):
     )
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), primary_key=True)
     depth: Mapped[int] = mapped_column(default=0)
+
+
+class QualityFlagKind(StrEnum):
+    """Why an annotator was flagged: gold accuracy below the competition's threshold (they are paused in
+    it), a streak of answers far faster than their own median, or a long run of one answer."""
+
+    gold = "gold"
+    fast = "fast"
+    run = "run"
+
+
+class QualityDecision(StrEnum):
+    """An admin's decision on a flag: the annotator goes on (resumed), or their votes are excluded."""
+
+    resumed = "resumed"
+    excluded = "excluded"
+
+
+class QualityFlag(Base):
+    """A flag raised on an annotator's answers in a competition, open until an admin decides on it; an open
+    gold flag pauses the annotator in that competition."""
+
+    __tablename__ = "quality_flags"
+    __table_args__ = (Index("ix_quality_flags_competition_user", "competition_id", "user_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    competition_id: Mapped[int] = mapped_column(ForeignKey("competitions.id", ondelete="CASCADE"))
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    kind: Mapped[QualityFlagKind] = mapped_column(str_enum(QualityFlagKind))
+    detail: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    decision: Mapped[QualityDecision | None] = mapped_column(str_enum(QualityDecision))
+    decided_at: Mapped[datetime | None]

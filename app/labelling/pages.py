@@ -5,6 +5,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from app.competitions.service import class_definitions
+from app.db.session import SessionDep
+from app.labelling.quality import paused_message, paused_reason
 from app.users.auth import ANNOTATOR_ROLES, OptionalUser, page_user
 from app.web.dependencies import CompetitionDep
 from app.web.templating import render
@@ -13,12 +15,15 @@ router = APIRouter(include_in_schema=False)
 
 
 @router.get("/competitions/{competition_id}/label", response_class=HTMLResponse)
-def label_page(request: Request, user: OptionalUser, competition: CompetitionDep):
-    """The labelling page; signed-out visitors are sent to sign in and come back here."""
+def label_page(request: Request, db_session: SessionDep, user: OptionalUser, competition: CompetitionDep):
+    """The labelling page (or, when quality control paused the annotator here, why); signed-out visitors
+    are sent to sign in and come back here."""
     annotator = page_user(request, user, *ANNOTATOR_ROLES)
     if isinstance(annotator, RedirectResponse):
         return annotator
-    return render(request, "label.html", user=annotator, competition=competition)
+    reason = paused_reason(db_session=db_session, competition_id=competition.id, user_id=annotator.id)
+    paused = None if reason is None else paused_message(reason)
+    return render(request, "label.html", user=annotator, competition=competition, paused=paused)
 
 
 @router.get("/competitions/{competition_id}/guidelines", response_class=HTMLResponse)

@@ -13,8 +13,8 @@ from fastapi import APIRouter, Depends, Request, status
 from sqlalchemy.orm import Session
 
 from app.db.session import SessionDep, in_one_thread
-from app.errors import NotFound
-from app.labelling import answers, gold, queue
+from app.errors import Forbidden, NotFound
+from app.labelling import answers, gold, quality, queue
 from app.labelling.annotators import annotator_stats, images_left
 from app.labelling.caller import labelling_caller
 from app.labelling.schemas import (
@@ -28,6 +28,8 @@ from app.labelling.schemas import (
     ItemRead,
     MyStatsRead,
     NextItemRead,
+    QualityDecisionCreate,
+    QualityFlagRead,
     SkipCreate,
     UndoRead,
 )
@@ -87,6 +89,8 @@ def labelling_call(
     check_role(caller.labeller, ANNOTATOR_ROLES)
     if caller.competition is None:
         raise NotFound(f"no competition with id {competition_id}")
+    if caller.paused is not None and request.method not in SAFE_METHODS:
+        raise Forbidden(quality.paused_message(caller.paused))
     return LabellingCall(caller.labeller, caller.competition)
 
 
@@ -121,7 +125,10 @@ async def submit_answers(body: AnswersCreate, db_session: SessionDep, call: Labe
     `already_decided` and not stored. Sending a stored answer again is a no-op; changing one needs undo
     (409). Only an image given to the caller (by …/next or …/undo, even if the lease has run out since) can
     be answered, and not one they flagged: 409 otherwise. With `"next": true` the response also carries the
-    next image, leased as by POST …/next."""
+    next image, leased as by POST …/next. The answers are then checked: when the caller's accuracy on gold
+    questions falls below the competition's threshold, `paused` says why and every further labelling
+    request of theirs in this competition is refused (403) until an admin decides; a streak of very fast
+    answers or a long run of one answer is flagged for an admin to review."""
 
     def answer() -> AnswersRead:
         result = answers.submit_answers(
@@ -134,7 +141,8 @@ async def submit_answers(body: AnswersCreate, db_session: SessionDep, call: Labe
             recorded=result.recorded,
             already_decided=result.already_decided,
             item_done=result.item_done,
-            next=_lease_next(db_session, call) if body.next else None,
+            next=_lease_next(db_session, call) if body.next and result.paused is None else None,
+            paused=None if result.paused is None else quality.paused_message(result.paused),
         )
 
     return await in_one_thread(db_session, answer)
@@ -276,3 +284,40 @@ def _gold_read(question, image_sha256: str, class_names: list) -> GoldRead:
         class_name=str(class_names[question.class_index]),
         answer=question.gold_answer,
     )
+
+
+@router.get(
+    "/quality-flags",
+    summary="Flags on annotators' answers (admin)",
+    responses=error_responses(401, 403, 404, 422),
+)
+def list_quality_flags(
+    db_session: SessionDep, _admin: AdminUser, competition: CompetitionDep
+) -> list[QualityFlagRead]:
+    """Open flags first, then decided ones, newest first: `gold` (accuracy on gold questions below the
+    competition's gold_threshold after gold_min_answers; the annotator is paused in this competition until
+    decided), `fast` (a streak of answers each under a quarter of the annotator's median seconds) and `run`
+    (a long run of one answer)."""
+    flags = quality.list_flags(db_session=db_session, competition=competition)
+    return [QualityFlagRead.of(view) for view in flags]
+
+
+@router.post(
+    "/quality-flags/{flag_id}/decision",
+    summary="Decide on a flag: resume the annotator or exclude their votes (admin)",
+    responses=error_responses(401, 403, 404, 409, 422),
+)
+def decide_quality_flag(
+    flag_id: int,
+    body: QualityDecisionCreate,
+    db_session: SessionDep,
+    _admin: AdminUser,
+    competition: CompetitionDep,
+) -> QualityFlagRead:
+    """`resumed`: the annotator goes on, their votes counting (a gold pause ends; their gold accuracy is
+    measured afresh from here). `excluded`: their votes stop counting everywhere and every question they
+    answered is re-decided, as excluding an account does. 409 when the flag is already decided."""
+    view = quality.decide_flag(
+        db_session=db_session, competition=competition, flag_id=flag_id, decision=body.decision
+    )
+    return QualityFlagRead.of(view)

@@ -8,6 +8,8 @@ import inflect
 from pydantic import BaseModel, Field
 
 from app.images.store import SHA256_PATTERN
+from app.labelling.models import QualityDecision, QualityFlagKind
+from app.labelling.quality import FlagView
 from app.labelling.types import AnnotatorStats, PresentedItem, PresentedQuestion
 
 
@@ -107,6 +109,11 @@ class AnswersRead(BaseModel):
     already_decided: list[int]
     item_done: bool = Field(description="True when the caller has nothing left to answer on this image.")
     next: NextItemRead | None = Field(default=None, description="The next image, when asked for.")
+    paused: str | None = Field(
+        default=None,
+        description="Why these answers paused the caller in this competition (their accuracy on gold "
+        "questions fell below its threshold); no next image is then leased.",
+    )
 
 
 class SkipCreate(BaseModel):
@@ -200,3 +207,44 @@ class GoldRead(BaseModel):
     class_index: int
     class_name: str
     answer: bool
+
+
+class QualityFlagRead(BaseModel):
+    """A flag on an annotator's answers and the admin's decision, if any."""
+
+    id: int
+    user_id: int
+    username: str
+    kind: QualityFlagKind = Field(
+        description="gold: gold accuracy below the threshold (the annotator is paused until decided); fast: "
+        "a streak far faster than their median; run: a long run of one answer."
+    )
+    detail: str
+    created_at: datetime
+    decision: QualityDecision | None
+    decided_at: datetime | None
+
+    @classmethod
+    def of(cls, view: FlagView) -> "QualityFlagRead":
+        """The API view of a flag."""
+        flag = view.flag
+        return cls(
+            id=flag.id,
+            user_id=flag.user_id,
+            username=view.username,
+            kind=flag.kind,
+            detail=flag.detail,
+            created_at=flag.created_at,
+            decision=flag.decision,
+            decided_at=flag.decided_at,
+        )
+
+
+class QualityDecisionCreate(BaseModel):
+    """An admin's decision on an open flag."""
+
+    decision: QualityDecision = Field(
+        description="resumed: the annotator goes on (a gold pause ends, their gold accuracy is measured "
+        "afresh); excluded: every vote of theirs stops counting and the questions they answered are "
+        "re-decided."
+    )

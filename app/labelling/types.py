@@ -53,11 +53,13 @@ class NextItem:
 
 @dataclass(frozen=True)
 class SubmitResult:
-    """What a submission stored: answers recorded, questions decided meanwhile, whether the item is done."""
+    """What a submission stored: answers recorded, questions decided meanwhile, whether the item is done,
+    and why the annotator is now paused if these answers paused them."""
 
     recorded: int
     already_decided: list[int]
     item_done: bool
+    paused: str | None
 
 
 @dataclass(frozen=True)
@@ -102,16 +104,18 @@ class Labeller:
 @dataclass(frozen=True)
 class LabellingSettings:
     """What labelling reads of a competition: its id, its creation time (which keys the cached class
-    names), the panel size and the gold rate."""
+    names), the panel size, the gold rate and the gold accuracy that pauses an annotator."""
 
     id: int
     created_at: datetime
     panel_size: int
     gold_rate: float
+    gold_threshold: float
+    gold_min_answers: int
 
 
 LabellingCompetition = Competition | LabellingSettings
 """A competition as labelling reads it: the ORM row, or the few settings the hot path reads in one query
-with its caller (id, creation time, panel size, gold rate)."""
+with its caller (id, creation time, panel size, gold settings)."""
 Annotator = User | Labeller
 """An annotator as labelling reads them: the ORM row, or the hot path's Labeller."""

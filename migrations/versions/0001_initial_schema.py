@@ -36,12 +36,18 @@ def upgrade() -> None:
         sa.Column("panel_size", sa.Integer(), nullable=False),
         sa.Column("smoothing", sa.Double(), nullable=False),
         sa.Column("gold_rate", sa.Double(), nullable=False),
+        sa.Column("gold_threshold", sa.Double(), nullable=False),
+        sa.Column("gold_min_answers", sa.Integer(), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.CheckConstraint(
             "confidence_threshold >= 0 AND confidence_threshold <= 1",
             name=op.f("ck_competitions_threshold_unit"),
         ),
         sa.CheckConstraint("gold_rate >= 0 AND gold_rate < 1", name=op.f("ck_competitions_gold_rate_unit")),
+        sa.CheckConstraint(
+            "gold_threshold >= 0 AND gold_threshold <= 1", name=op.f("ck_competitions_gold_threshold_unit")
+        ),
+        sa.CheckConstraint("gold_min_answers >= 1", name=op.f("ck_competitions_gold_min_answers_positive")),
         sa.CheckConstraint("k >= 1", name=op.f("ck_competitions_k_positive")),
         sa.CheckConstraint("max_per_label >= 1", name=op.f("ck_competitions_max_per_label_positive")),
         sa.CheckConstraint("panel_size >= 1 AND panel_size % 2 = 1", name=op.f("ck_competitions_panel_odd")),
@@ -217,6 +223,37 @@ def upgrade() -> None:
     )
     op.create_index("ix_difficulty_flags_image_id", "difficulty_flags", ["image_id"])
     op.create_index("ix_difficulty_flags_user_id", "difficulty_flags", ["user_id"])
+    op.create_table(
+        "quality_flags",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("competition_id", sa.Integer(), nullable=False),
+        sa.Column("user_id", sa.Integer(), nullable=False),
+        sa.Column(
+            "kind",
+            sa.Enum("gold", "fast", "run", name="qualityflagkind", native_enum=False, length=16),
+            nullable=False,
+        ),
+        sa.Column("detail", sa.Text(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column(
+            "decision",
+            sa.Enum("resumed", "excluded", name="qualitydecision", native_enum=False, length=16),
+            nullable=True,
+        ),
+        sa.Column("decided_at", sa.DateTime(timezone=True), nullable=True),
+        sa.ForeignKeyConstraint(
+            ["competition_id"],
+            ["competitions.id"],
+            name=op.f("fk_quality_flags_competition_id_competitions"),
+            ondelete="CASCADE",
+        ),
+        sa.ForeignKeyConstraint(
+            ["user_id"], ["users.id"], name=op.f("fk_quality_flags_user_id_users"), ondelete="CASCADE"
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_quality_flags")),
+    )
+    op.create_index("ix_quality_flags_competition_user", "quality_flags", ["competition_id", "user_id"])
+    op.create_index("ix_quality_flags_user_id", "quality_flags", ["user_id"])
     op.create_table(
         "questions",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -506,6 +543,7 @@ def downgrade() -> None:
     op.drop_table("pair_subsets")
     op.drop_table("jobs")
     op.drop_table("questions")
+    op.drop_table("quality_flags")
     op.drop_table("difficulty_flags")
     op.drop_table("competition_images")
     op.drop_table("classifiers")

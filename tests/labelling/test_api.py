@@ -41,7 +41,13 @@ def test_an_annotator_labels_through_the_api(client, labelling, annotator_header
     answers = [{"question_id": q["question_id"], "answer": True, "seconds": 1.25} for q in item["questions"]]
     submitted = client.post(f"{labelling}/answers", json={"answers": answers}, headers=annotator_headers)
     assert submitted.status_code == 200
-    assert submitted.json() == {"recorded": 2, "already_decided": [], "item_done": True, "next": None}
+    assert submitted.json() == {
+        "recorded": 2,
+        "already_decided": [],
+        "item_done": True,
+        "next": None,
+        "paused": None,
+    }
 
     stats = client.get(f"{labelling}/me", headers=annotator_headers).json()
     assert (stats["answered_today"], stats["answered_total"], stats["images_left"]) == (2, 2, 6)
@@ -259,7 +265,7 @@ def test_only_an_image_given_to_the_caller_can_be_answered_or_flagged(
 def test_every_labelling_route_is_documented(app):
     paths = {path: spec for path, spec in app.openapi()["paths"].items() if "/labelling" in path}
     operations = [operation for spec in paths.values() for operation in spec.values()]
-    assert len(operations) == 9
+    assert len(operations) == 11
     for operation in operations:
         assert operation["summary"] and operation["description"]
         assert operation["tags"] == ["labelling"]
