@@ -31,6 +31,7 @@ from app.users.router import router as users_router
 from app.web.body_guard import BodyGuard, BodyLimits
 from app.web.error_pages import install_error_pages
 from app.web.errors import install_error_handlers
+from app.web.public_reads import PublicReads
 from app.web.router import router as web_router
 from app.web.security_headers import SecurityHeaders
 from app.web.templating import render
@@ -105,6 +106,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.database_gate = asyncio.Semaphore(
         1 if engine.dialect.name == "sqlite" else settings.db_pool_size
     )
+    app.state.public_reads = PublicReads()
     app.state.password_gate = asyncio.Semaphore(PASSWORD_CHECKS_AT_ONCE)
     app.state.login_limits = LoginLimits(
         settings.login_max_failures, settings.login_max_address_failures, settings.login_window_s

@@ -1,7 +1,7 @@
 """Every table, imported in one place so Alembic and the tests see the whole schema."""
 
 from app.classifiers.models import Classifier
-from app.competitions.models import Competition
+from app.competitions.models import Competition, CompetitionVersion
 from app.db.base import Base
 from app.images.models import CompetitionImage, Image
 from app.jobs.models import Job
@@ -25,6 +25,7 @@ __all__ = [
     "Base",
     "Classifier",
     "Competition",
+    "CompetitionVersion",
     "CompetitionImage",
     "DifficultyFlag",
     "Image",

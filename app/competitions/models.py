@@ -3,7 +3,7 @@
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, CheckConstraint, String, Text
+from sqlalchemy import JSON, BigInteger, CheckConstraint, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db.base import Base, utcnow
@@ -48,3 +48,22 @@ class Competition(Base):
     gold_threshold: Mapped[float] = mapped_column(default=0.0)
     gold_min_answers: Mapped[int] = mapped_column(default=10)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class CompetitionVersion(Base):
+    """How often a competition's public results changed, counted per database connection that changed them.
+
+    Triggers (migration 0001) add 1 in the transaction of every change to the rows the public reads come
+    from: the competition, its classifiers, pair subsets and images, and its questions' votes and
+    outcomes. The sum over writers is the competition's data version, which keys the public read cache
+    (app/web/public_reads.py). One row per writer (the Postgres backend process; 0 on SQLite) keeps
+    concurrent transactions off a shared row: each bumps its own, so none waits for another's commit or
+    deadlocks with labelling's lock order, and a commit in any order still raises the sum. No foreign
+    key: deleting a competition deletes its classifiers in cascade, whose triggers write here.
+    """
+
+    __tablename__ = "competition_versions"
+
+    competition_id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    writer: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    version: Mapped[int] = mapped_column(BigInteger)

@@ -1,9 +1,9 @@
 """Competitions: create them with a resolved label set, find them, and rebuild their taxonomy."""
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.competitions.models import Competition
+from app.competitions.models import Competition, CompetitionVersion
 from app.competitions.schemas import CompetitionCreate, CompetitionRead, CompetitionUpdate
 from app.core import taxonomy_sources
 from app.core.taxonomy import Taxonomy, TaxonomyError
@@ -62,6 +62,16 @@ def get_competition(*, db_session: Session, competition_id: int) -> Competition:
     if competition is None:
         raise NotFound(f"no competition with id {competition_id}")
     return competition
+
+
+def data_version(*, db_session: Session, competition_id: int) -> int:
+    """The competition's data version: Σ of its CompetitionVersion rows, raised by every committed change
+    to what its public reads show (0 before the first)."""
+    return db_session.scalar(
+        select(func.coalesce(func.sum(CompetitionVersion.version), 0)).where(
+            CompetitionVersion.competition_id == competition_id
+        )
+    )
 
 
 def update_competition(*, db_session: Session, competition: Competition, change: CompetitionUpdate) -> None:

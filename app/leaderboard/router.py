@@ -5,19 +5,24 @@ model's prediction on an image only once every question on the image is decided)
 snapshot and every export: subsets and predictions name each model's label on every image, open ones too,
 which would tell annotators which model asked which question; votes and questions are per-annotator
 answers and live tallies.
+
+The public computed reads are kept per data version of their competition (app/web/public_reads.py); their
+endpoints take the database in short steps (DatabaseSteps), never holding the gate while they wait.
 """
 
 import csv
 import io
-from typing import Annotated, Literal
+from collections.abc import Callable
+from typing import Annotated, Literal, TypeVar
 
 from fastapi import APIRouter, Depends, Query, Request, status
 from fastapi.responses import Response, StreamingResponse
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.classifiers.service import get_classifier
-from app.competitions.service import get_competition
-from app.db.session import SessionDep, through_database_gate
+from app.competitions.models import Competition
+from app.competitions.service import data_version, get_competition
+from app.db.session import DatabaseSteps, DatabaseStepsDep, SessionDep, through_database_gate
 from app.errors import InvalidInput
 from app.leaderboard import exports, snapshots
 from app.leaderboard.classifier_analysis import classifier_analysis
@@ -38,8 +43,10 @@ from app.leaderboard.tables import LEADERBOARD_TABLES, LeaderboardTable
 from app.users.auth import AdminUser
 from app.web.dependencies import CompetitionDep, SettingsDep
 from app.web.errors import error_responses
+from app.web.public_reads import PublicReads, PublicReadsDep
 
 router = APIRouter(prefix="/api/v1", tags=["leaderboard"])
+Result = TypeVar("Result")
 
 CSV_MEDIA_TYPE = "text/csv; charset=utf-8"
 FORMAT_DESCRIPTION = "csv, parquet or jsonl (JSON Lines)."
@@ -71,15 +78,57 @@ def _wants_csv(request: Request, requested: str | None) -> bool:
     return "text/csv" in request.headers.get("accept", "")
 
 
+async def _public_read(
+    steps: DatabaseSteps,
+    reads: PublicReads,
+    key: tuple,
+    competition_of: Callable[[Session], int],
+    compute: Callable[[Session], Result],
+) -> Result:
+    """compute(session), kept under key and the data version of the competition competition_of names (a
+    404 from it first); each a short database step of its own, so that no request holds the database gate
+    while it waits for a computation (app/web/public_reads.py)."""
+
+    def competition_version(db_session: Session) -> int:
+        return data_version(db_session=db_session, competition_id=competition_of(db_session))
+
+    version = await steps.run(competition_version)
+    return await reads.get((*key, version), lambda: steps.run(compute))
+
+
+async def _competition_read(
+    steps: DatabaseSteps,
+    reads: PublicReads,
+    key: tuple,
+    competition_id: int,
+    compute: Callable[..., Result],
+    **arguments,
+) -> Result:
+    """compute(db_session=…, competition=…, **arguments) of the competition (404 when there is none), kept
+    under key and its data version."""
+
+    def competition(db_session: Session) -> Competition:
+        return get_competition(db_session=db_session, competition_id=competition_id)
+
+    return await _public_read(
+        steps,
+        reads,
+        key,
+        lambda db_session: competition(db_session).id,
+        lambda db_session: compute(db_session=db_session, competition=competition(db_session), **arguments),
+    )
+
+
 @router.get(
     "/competitions/{competition_id}/leaderboard",
     summary="The leaderboard (JSON or CSV)",
     responses={200: {"content": {"text/csv": {}}}} | error_responses(404, 409, 422),
 )
-def read_leaderboard(
+async def read_leaderboard(
     request: Request,
-    db_session: SessionDep,
-    competition: CompetitionDep,
+    competition_id: int,
+    steps: DatabaseStepsDep,
+    reads: PublicReadsDep,
     format: Annotated[Literal["json", "csv"] | None, Query(description="json (default) or csv")] = None,
     table: Annotated[
         LeaderboardTable | None,
@@ -102,13 +151,16 @@ def read_leaderboard(
     wants_csv = _wants_csv(request, format)
     if table is not None and not wants_csv:
         raise InvalidInput("table= chooses a CSV table: add format=csv (the JSON holds every table)")
-    leaderboard = compute_leaderboard(db_session=db_session, competition=competition)
+    leaderboard = await _competition_read(
+        steps, reads, ("leaderboard", competition_id), competition_id, compute_leaderboard
+    )
     if wants_csv:
         table = table or "classifiers"
+        name = leaderboard.competition_name
         return Response(
             leaderboard_csv(leaderboard, table),
             media_type=CSV_MEDIA_TYPE,
-            headers={"Content-Disposition": f'inline; filename="{competition.name}-leaderboard-{table}.csv"'},
+            headers={"Content-Disposition": f'inline; filename="{name}-leaderboard-{table}.csv"'},
         )
     return leaderboard
 
@@ -118,10 +170,10 @@ def read_leaderboard(
     summary="How the ranking formed",
     responses=error_responses(404, 409, 422),
 )
-def read_history(db_session: SessionDep, competition: CompetitionDep) -> HistoryRead:
+async def read_history(competition_id: int, steps: DatabaseStepsDep, reads: PublicReadsDep) -> HistoryRead:
     """Perron ranks after up to 24 evenly spaced numbers of labelled pair images, replaying today's labels
     in the order their questions were decided; classifiers take part from their registration."""
-    return ranking_history(db_session=db_session, competition=competition)
+    return await _competition_read(steps, reads, ("history", competition_id), competition_id, ranking_history)
 
 
 @router.get(
@@ -129,12 +181,13 @@ def read_history(db_session: SessionDep, competition: CompetitionDep) -> History
     summary="A pair's selected images",
     responses=error_responses(404, 422),
 )
-def read_pair_gallery(
-    a_id: int, b_id: int, db_session: SessionDep, competition: CompetitionDep
+async def read_pair_gallery(
+    competition_id: int, a_id: int, b_id: int, steps: DatabaseStepsDep, reads: PublicReadsDep
 ) -> PairGalleryRead:
     """The images selected for classifiers a and b (either order; a is returned as the lower id) with both
     predictions, marked right or wrong once decided, and the images discarded as too difficult."""
-    return pair_gallery(db_session=db_session, competition=competition, a_id=a_id, b_id=b_id)
+    key = ("pair", competition_id, min(a_id, b_id), max(a_id, b_id))
+    return await _competition_read(steps, reads, key, competition_id, pair_gallery, a_id=a_id, b_id=b_id)
 
 
 @router.get(
@@ -142,18 +195,25 @@ def read_pair_gallery(
     summary="Where a classifier fails",
     responses=error_responses(404, 409, 422),
 )
-def read_classifier_analysis(
-    classifier_id: int, db_session: SessionDep, settings: SettingsDep
+async def read_classifier_analysis(
+    classifier_id: int, steps: DatabaseStepsDep, reads: PublicReadsDep, settings: SettingsDep
 ) -> ClassifierAnalysisRead:
     """Its worst classes and superclasses by precision on MAD labels, its pair images with the highest
     C-perplexity (with X-perplexity), and the stability of the ranking versus k (paper Fig. 5)."""
-    classifier = get_classifier(db_session=db_session, classifier_id=classifier_id)
-    competition = get_competition(db_session=db_session, competition_id=classifier.competition_id)
-    return classifier_analysis(
-        db_session=db_session,
-        settings=settings,
-        competition=competition,
-        classifier=classifier,
+
+    def analysis(db_session: Session) -> ClassifierAnalysisRead:
+        classifier = get_classifier(db_session=db_session, classifier_id=classifier_id)
+        competition = get_competition(db_session=db_session, competition_id=classifier.competition_id)
+        return classifier_analysis(
+            db_session=db_session, settings=settings, competition=competition, classifier=classifier
+        )
+
+    return await _public_read(
+        steps,
+        reads,
+        ("analysis", classifier_id),
+        lambda db_session: get_classifier(db_session=db_session, classifier_id=classifier_id).competition_id,
+        analysis,
     )
 
 

@@ -529,10 +529,64 @@ def upgrade() -> None:
         sa.UniqueConstraint("slug", name=op.f("uq_leaderboard_snapshots_slug")),
     )
     op.create_index("ix_leaderboard_snapshots_competition_id", "leaderboard_snapshots", ["competition_id"])
+    op.create_table(
+        "competition_versions",
+        sa.Column("competition_id", sa.Integer(), autoincrement=False, nullable=False),
+        sa.Column("writer", sa.Integer(), autoincrement=False, nullable=False),
+        sa.Column("version", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint("competition_id", "writer", name=op.f("pk_competition_versions")),
+    )
+    for table, (events, competition_id) in VERSIONED_TABLES.items():
+        for statement in _version_trigger(op.get_bind().dialect.name, table, events, competition_id):
+            op.execute(statement)
+
+
+VERSIONED_TABLES = {
+    "competitions": (("UPDATE",), "{row}.id"),
+    "classifiers": (("INSERT", "UPDATE", "DELETE"), "{row}.competition_id"),
+    "pair_subsets": (("INSERT", "UPDATE", "DELETE"), "{row}.competition_id"),
+    "pair_images": (
+        ("INSERT", "UPDATE", "DELETE"),
+        "(SELECT competition_id FROM pair_subsets WHERE id = {row}.subset_id)",
+    ),
+    "questions": (("INSERT", "UPDATE OF outcome, yes_votes, no_votes", "DELETE"), "{row}.competition_id"),
+}
+"""The rows public reads come from, the changes that bump their competition's data version, and how to
+find the competition of a row (app/competitions/models.py: CompetitionVersion)."""
+
+
+def _version_trigger(dialect: str, table: str, events: tuple[str, ...], competition_id: str) -> list[str]:
+    """The statements that make a change of `table` add 1 to its competition's version row of this writer
+    (the Postgres backend; 0 on SQLite, which has one writer at a time)."""
+    bump = (
+        "INSERT INTO competition_versions (competition_id, writer, version) SELECT {id}, {writer}, 1 "
+        "WHERE {id} IS NOT NULL ON CONFLICT (competition_id, writer) "
+        "DO UPDATE SET version = competition_versions.version + 1;"
+    )
+    if dialect == "postgresql":
+        row_bump = bump.format(id=competition_id.format(row="changed"), writer="pg_backend_pid()")
+        return [
+            f"CREATE FUNCTION bump_version_{table}() RETURNS trigger LANGUAGE plpgsql AS $$ "
+            "DECLARE changed record; BEGIN "
+            "IF TG_OP = 'DELETE' THEN changed := OLD; ELSE changed := NEW; END IF; "
+            f"{row_bump} RETURN NULL; END $$",
+            f"CREATE TRIGGER bump_version AFTER {' OR '.join(events)} ON {table} "
+            f"FOR EACH ROW EXECUTE FUNCTION bump_version_{table}()",
+        ]
+    return [
+        f"CREATE TRIGGER bump_version_{table}_{event.split()[0].lower()} AFTER {event} ON {table} BEGIN "
+        + bump.format(id=competition_id.format(row="OLD" if event == "DELETE" else "NEW"), writer="0")
+        + " END"
+        for event in events
+    ]
 
 
 def downgrade() -> None:
     """Drop every table, dependants first (their indexes go with them)."""
+    if op.get_bind().dialect.name == "postgresql":
+        for table in VERSIONED_TABLES:
+            op.execute(f"DROP FUNCTION bump_version_{table}() CASCADE")
+    op.drop_table("competition_versions")
     op.drop_table("leaderboard_snapshots")
     op.drop_table("label_undo_depths")
     op.drop_table("label_assignments")
