@@ -5,6 +5,7 @@ Workers need only the service URL and a worker token, so they can run on any mac
 
 import hashlib
 import io
+import json
 from pathlib import Path
 from typing import Any
 
@@ -40,22 +41,25 @@ class ServiceUnavailable(ServiceError):
 
 
 def _raise_for_status(response: httpx.Response) -> httpx.Response:
-    """LeaseLost on 409, ServiceError with the service's detail on other errors."""
-    if response.is_success:
-        return response
-    try:
-        detail = response.json().get("detail", response.text)
-    except ValueError:
-        detail = response.text
-    if response.status_code == 409:
-        raise LeaseLost(str(detail))
-    if response.status_code in (502, 503, 504):
-        raise ServiceUnavailable(
-            f"{response.request.method} {response.request.url.path}: {response.status_code} {detail}"
+    """The response when it succeeded, else the error raise_for_error gives."""
+    if not response.is_success:
+        raise_for_error(
+            response.status_code, f"{response.request.method} {response.request.url.path}", response.content
         )
-    raise ServiceError(
-        f"{response.request.method} {response.request.url.path}: {response.status_code} {detail}"
-    )
+    return response
+
+
+def raise_for_error(status: int, request: str, body: bytes) -> None:
+    """LeaseLost on 409, ServiceUnavailable on 502/503/504, else ServiceError with the service's detail."""
+    try:
+        detail = json.loads(body).get("detail", body.decode(errors="replace"))
+    except (ValueError, AttributeError):
+        detail = body.decode(errors="replace")
+    if status == 409:
+        raise LeaseLost(str(detail))
+    if status in (502, 503, 504):
+        raise ServiceUnavailable(f"{request}: {status} {detail}")
+    raise ServiceError(f"{request}: {status} {detail}")
 
 
 class ServiceClient:

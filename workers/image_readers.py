@@ -4,24 +4,25 @@ image through the API:
 - StoreReader reads the blobs where the service keeps them (a local directory, or object storage with
   this machine's own credentials), in parallel from object storage;
 - ShardArchiveReader asks the service for one streamed tar of a batch's images
-  (GET /api/v1/jobs/{id}/images.tar, fenced by the job's lease), for a worker that cannot reach the store.
+  (GET /api/v1/jobs/{id}/images.tar, fenced by the job's lease), for a worker that cannot reach the store;
+  each DataLoader process fetches its own batches, so a loader with N processes has N archives in flight.
 
-Both are picklable: each DataLoader process opens its own store or HTTP client on first use.
+Both are picklable: each DataLoader process opens its own store or connections.
 `choose_reader` picks the store when the claim's storage URL can be read from here, else the archives.
 """
 
-import io
+import http.client
 import tarfile
+import urllib.parse
 from collections.abc import Sequence
-
-import httpx
 
 from app.jobs.schemas import ImageRef
 from app.storage import BlobStore, open_blob_store
 from app.storage.keys import image_key
-from workers.client import _raise_for_status
+from workers.client import raise_for_error
 
-ARCHIVE_TIMEOUT = httpx.Timeout(300.0, connect=10.0)
+ARCHIVE_TIMEOUT_S = 300.0
+BLOCK = tarfile.BLOCKSIZE
 
 
 class StoreReader:
@@ -66,40 +67,62 @@ class ShardArchiveReader:
         self.token = token
         self.job_id = job_id
         self.lease_token = lease_token
-        self._http: httpx.Client | None = None
 
-    def __getstate__(self) -> dict:
-        """Pickle without the open client."""
-        return {**self.__dict__, "_http": None}
-
-    def _client(self) -> httpx.Client:
-        """The HTTP client, opened once per process."""
-        if self._http is None:
-            self._http = httpx.Client(
-                base_url=self.base_url,
-                headers={"Authorization": f"Bearer {self.token}"},
-                timeout=ARCHIVE_TIMEOUT,
-            )
-        return self._http
-
-    def __call__(self, ordinal: int) -> bytes:
+    def __call__(self, ordinal: int) -> memoryview:
         """The original bytes of the image at this ordinal."""
         return self.many([ordinal])[0]
 
-    def many(self, ordinals: Sequence[int]) -> list[bytes]:
-        """The bytes of consecutive ordinals, from one archive: tarfile reads its headers, and each image is
-        a slice of the body (no copy through tarfile's file objects)."""
+    def many(self, ordinals: Sequence[int]) -> list[memoryview]:
+        """The bytes of consecutive ordinals: views of one archive, read into one buffer."""
         start, end = ordinals[0], ordinals[-1] + 1
         if list(ordinals) != list(range(start, end)):
             raise ValueError("an archive holds consecutive ordinals")
-        params = {"lease_token": self.lease_token, "start": start, "end": end}
-        body = _raise_for_status(self._client().get(f"/api/v1/jobs/{self.job_id}/images.tar", params=params))
-        content = body.content
-        with tarfile.open(fileobj=io.BytesIO(content), mode="r:") as archive:
-            members = [member for member in archive.getmembers() if member.isfile()]
-        if [member.name.split(".", 1)[0] for member in members] != [str(ordinal) for ordinal in ordinals]:
-            raise ValueError(f"the archive of ordinals {start}..{end} does not hold them in order")
-        return [content[member.offset_data : member.offset_data + member.size] for member in members]
+        query = urllib.parse.urlencode({"lease_token": self.lease_token, "start": start, "end": end})
+        body = read_body(f"{self.base_url}/api/v1/jobs/{self.job_id}/images.tar?{query}", self.token)
+        return archive_members(body, [str(ordinal) for ordinal in ordinals])
+
+
+def read_body(url: str, token: str) -> bytearray | bytes:
+    """The body of an authorised GET on a connection of its own, read straight into a buffer of its
+    Content-Length (http.client: no copy between the socket and the buffer, unlike httpx's parser; and no
+    proxy from the environment). LeaseLost, ServiceError or ServiceUnavailable when it is refused."""
+    parts = urllib.parse.urlsplit(url)
+    connect = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    connection = connect(parts.netloc, timeout=ARCHIVE_TIMEOUT_S)
+    try:
+        connection.request("GET", f"{parts.path}?{parts.query}", headers={"Authorization": f"Bearer {token}"})
+        response = connection.getresponse()
+        if response.status != 200:
+            raise_for_error(response.status, f"GET {parts.path}", response.read())
+        length = response.getheader("Content-Length")
+        if length is None:  # re-chunked on the way (a proxy)
+            return response.read()
+        body = bytearray(int(length))
+        response.readinto(body)  # IncompleteRead if the stream ends early
+        return body
+    finally:
+        connection.close()
+
+
+def archive_members(body: bytearray | bytes, names: list[str]) -> list[memoryview]:
+    """The contents of an archive's members, which must be regular files named `<name>.<ext>` in this order
+    (ustar: a 512-byte header whose size is octal at 124..136, the bytes, zero padding to 512)."""
+    view, offset, contents = memoryview(body), 0, []
+    for name in names:
+        header = bytes(view[offset : offset + BLOCK])
+        if len(header) < BLOCK or header[257:262] != b"ustar" or header[156:157] not in (b"0", b"\0"):
+            raise ValueError(f"the archive has no file member for {name} where expected")
+        member = header[:100].rstrip(b"\0").decode("ascii", errors="replace")
+        if member.split(".", 1)[0] != name:
+            raise ValueError(f"the archive holds {member!r} where {name}.* belongs")
+        size = int(header[124:136].rstrip(b"\0 ") or b"0", 8)
+        contents.append(view[offset + BLOCK : offset + BLOCK + size])
+        if len(contents[-1]) != size:
+            raise ValueError(f"the archive ends inside {member!r}")
+        offset += BLOCK + size + -size % BLOCK
+    if len(view) < offset + 2 * BLOCK or any(view[offset:]):
+        raise ValueError("the archive does not end after its last member")
+    return contents
 
 
 def choose_reader(

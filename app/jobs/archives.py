@@ -2,8 +2,9 @@
 its images in a few requests instead of one request per image.
 
 Members are `<ordinal>.<ext>` in ordinal order, each a plain ustar entry (header, bytes, zero padding to
-512), ended by two zero blocks: any tar reader can follow the stream. Blobs are fetched ARCHIVE_FETCH at a
-time (in parallel from object storage) and sent in pieces of about CHUNK_BYTES.
+512), ended by two zero blocks: any tar reader can follow the stream. The stored sizes give the length up
+front (Content-Length: no chunked framing to copy through), and each piece of about PIECE_BYTES is one
+buffer that the blobs are read straight into (`BlobStore.read_many_into`) and that goes to the socket as is.
 """
 
 import tarfile
@@ -12,9 +13,16 @@ from collections.abc import Iterator
 from app.storage import BlobStore
 from app.storage.keys import IMAGE_EXTENSIONS, image_key
 
-ARCHIVE_FETCH = 64
-CHUNK_BYTES = 1024 * 1024
+PIECE_BYTES = 4 * 1024 * 1024
 BLOCK = tarfile.BLOCKSIZE
+USTAR_TEMPLATE = bytearray(tarfile.TarInfo("").tobuf(format=tarfile.USTAR_FORMAT))
+"""A plain file's ustar header (mode 0644, owner 0, mtime 0) whose name, size and checksum are filled in."""
+USTAR_TEMPLATE[124:136] = bytes(12)
+USTAR_TEMPLATE[148:156] = b" " * 8
+TEMPLATE_SUM = sum(USTAR_TEMPLATE)
+
+ArchiveImage = tuple[int, str, str, int]
+"""(ordinal, sha256, format, bytes) of one image of the archive."""
 
 
 def member_name(ordinal: int, image_format: str) -> str:
@@ -22,25 +30,50 @@ def member_name(ordinal: int, image_format: str) -> str:
     return f"{ordinal}.{IMAGE_EXTENSIONS[image_format]}"
 
 
-def _member(name: str, data: bytes) -> bytes:
-    """One tar member: its ustar header, its bytes and the padding to a whole block."""
-    info = tarfile.TarInfo(name)
-    info.size = len(data)
-    info.mode = 0o644
-    return info.tobuf(format=tarfile.USTAR_FORMAT) + data + bytes(-len(data) % BLOCK)
+def member_bytes(size: int) -> int:
+    """A member's length in the archive: its header block and its bytes padded to whole blocks."""
+    return BLOCK + size + -size % BLOCK
 
 
-def shard_archive(blobs: BlobStore, images: list[tuple[int, str, str]]) -> Iterator[bytes]:
-    """The tar stream of (ordinal, sha256, format) images, in pieces of about CHUNK_BYTES."""
-    pending: list[bytes] = []
+def archive_bytes(images: list[ArchiveImage]) -> int:
+    """The length of the archive: its members and the two zero blocks that end it."""
+    return sum(member_bytes(size) for *_, size in images) + 2 * BLOCK
+
+
+def ustar_header(name: str, size: int) -> bytes:
+    """The header block of a member (POSIX ustar: checksum = the sum of the header's bytes, its own field
+    counted as eight spaces)."""
+    header = bytearray(USTAR_TEMPLATE)
+    encoded, size_field = name.encode("ascii"), b"%011o\0" % size
+    header[0 : len(encoded)] = encoded
+    header[124:136] = size_field
+    header[148:156] = b"%06o\0 " % (TEMPLATE_SUM + sum(encoded) + sum(size_field))
+    return header
+
+
+def _pieces(images: list[ArchiveImage]) -> Iterator[list[ArchiveImage]]:
+    """Consecutive runs of images whose members fill about PIECE_BYTES."""
+    piece: list[ArchiveImage] = []
     held = 0
-    for first in range(0, len(images), ARCHIVE_FETCH):
-        group = images[first : first + ARCHIVE_FETCH]
-        contents = blobs.get_many([image_key(sha256, image_format) for _, sha256, image_format in group])
-        for (ordinal, _, image_format), data in zip(group, contents, strict=True):
-            pending.append(_member(member_name(ordinal, image_format), data))
-            held += len(pending[-1])
-            if held >= CHUNK_BYTES:
-                yield b"".join(pending)
-                pending, held = [], 0
-    yield b"".join(pending) + bytes(2 * BLOCK)
+    for image in images:
+        piece.append(image)
+        held += member_bytes(image[3])
+        if held >= PIECE_BYTES:
+            yield piece
+            piece, held = [], 0
+    if piece:
+        yield piece
+
+
+def shard_archive(blobs: BlobStore, images: list[ArchiveImage]) -> Iterator[memoryview]:
+    """The tar stream of the images, archive_bytes(images) long, a piece at a time."""
+    for piece in _pieces(images):
+        buffer = memoryview(bytearray(sum(member_bytes(size) for *_, size in piece)))  # zeros: the padding
+        views, offset = [], 0
+        for ordinal, _, image_format, size in piece:
+            buffer[offset : offset + BLOCK] = ustar_header(member_name(ordinal, image_format), size)
+            views.append(buffer[offset + BLOCK : offset + BLOCK + size])
+            offset += member_bytes(size)
+        blobs.read_many_into([image_key(sha256, image_format) for _, sha256, image_format, _ in piece], views)
+        yield buffer
+    yield memoryview(bytes(2 * BLOCK))

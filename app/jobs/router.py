@@ -16,7 +16,7 @@ from app.db.session import SessionDep
 from app.errors import InvalidInput, PayloadTooLarge
 from app.images.service import competition_image_count
 from app.jobs import service
-from app.jobs.archives import shard_archive
+from app.jobs.archives import archive_bytes, shard_archive
 from app.jobs.enums import JobKind, JobStatus
 from app.jobs.models import Job
 from app.jobs.schemas import (
@@ -72,7 +72,7 @@ def _claimed(db_session, job: Job) -> ClaimedJob:
             shard_end=job.shard_end,
             images=[
                 ImageRef(ordinal=ordinal, sha256=sha256, format=image_format)
-                for ordinal, sha256, image_format in images
+                for ordinal, sha256, image_format, _ in images
             ],
         )
     else:
@@ -137,7 +137,11 @@ def shard_images_archive(
     images = service.shard_images(
         db_session=db_session, competition_id=job.competition_id, start=start, end=end
     )
-    return StreamingResponse(shard_archive(settings.blob_store, images), media_type="application/x-tar")
+    return StreamingResponse(
+        shard_archive(settings.blob_store, images),
+        media_type="application/x-tar",
+        headers={"Content-Length": str(archive_bytes(images))},
+    )
 
 
 @router.post(

@@ -398,10 +398,10 @@ def complete_select(*, db_session: Session, job_id: int, lease_token: str, selec
 
 def shard_images(
     *, db_session: Session, competition_id: int, start: int, end: int
-) -> list[tuple[int, str, str]]:
-    """(ordinal, sha256, format) of the competition's images with ordinals in [start, end), in order."""
+) -> list[tuple[int, str, str, int]]:
+    """(ordinal, sha256, format, bytes) of the images with ordinals in [start, end), in order."""
     rows = db_session.execute(
-        select(CompetitionImage.ordinal, Image.sha256, Image.format)
+        select(CompetitionImage.ordinal, Image.sha256, Image.format, Image.bytes)
         .join(Image, Image.id == CompetitionImage.image_id)
         .where(
             CompetitionImage.competition_id == competition_id,
@@ -410,7 +410,7 @@ def shard_images(
         )
         .order_by(CompetitionImage.ordinal)
     )
-    return [(ordinal, sha256, image_format) for ordinal, sha256, image_format in rows]
+    return [tuple(row) for row in rows]
 
 
 def leased_predict_job(*, db_session: Session, job_id: int, lease_token: str) -> Job:

@@ -50,6 +50,13 @@ class BlobStore(ABC):
         """The blobs under keys, in order (a backend may fetch them in parallel)."""
         return [self.get(key) for key in keys]
 
+    def read_many_into(self, keys: list[str], buffers: list[memoryview]) -> None:
+        """Fill each buffer with the blob under its key, which must be exactly as long (ValueError if not)."""
+        for key, buffer, data in zip(keys, buffers, self.get_many(keys), strict=True):
+            if len(data) != len(buffer):
+                raise ValueError(f"blob {key} holds {len(data)} bytes, not the {len(buffer)} expected")
+            buffer[:] = data
+
     @abstractmethod
     def iter_chunks(self, key: str) -> Iterator[bytes]:
         """The blob under key in pieces of about CHUNK_BYTES, for streaming large blobs."""

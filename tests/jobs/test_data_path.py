@@ -15,13 +15,16 @@ from app.classifiers.models import Classifier, ClassifierStatus
 from app.classifiers.service import read_predictions
 from app.images.models import CompetitionImage, Image
 from app.images.store import ImageStore
+from app.jobs.archives import archive_bytes, shard_archive
 from app.jobs.models import Job, JobStatus
 from app.jobs.schemas import ClaimResponse
 from app.settings import Settings
+from app.storage import LocalBlobStore
+from app.storage.keys import image_key
 from tests.conftest import TEST_SECRET_KEY
 from tests.jobs.conftest import serving, set_up_competition
 from workers.client import LeaseLost, ServiceClient
-from workers.image_readers import ShardArchiveReader, StoreReader, choose_reader
+from workers.image_readers import ShardArchiveReader, StoreReader, archive_members, choose_reader
 
 N_IMAGES = 120
 
@@ -46,6 +49,33 @@ def stored_bytes(service, ordinals) -> list[bytes]:
         ).all()
     store = ImageStore(service.settings.blob_store)
     return [store.read(sha256, image_format) for sha256, image_format in rows]
+
+
+def test_a_shard_archive_is_a_plain_tar_of_its_length_and_damage_is_refused(tmp_path):
+    store = LocalBlobStore(tmp_path)
+    contents = [os.urandom(size) for size in (0, 1, 511, 512, 513, 70_000)]
+    images = []
+    for ordinal, data in enumerate(contents, start=5):
+        sha256 = f"{ordinal:064x}"
+        store.put(image_key(sha256, "jpeg"), data, content_type="image/jpeg", immutable=True)
+        images.append((ordinal, sha256, "jpeg", len(data)))
+    body = b"".join(shard_archive(store, images))
+    assert len(body) == archive_bytes(images)
+    with tarfile.open(fileobj=io.BytesIO(body)) as archive:
+        assert [(m.name, archive.extractfile(m).read()) for m in archive] == [
+            (f"{ordinal}.jpg", data) for ordinal, data in enumerate(contents, start=5)
+        ]
+    names = [str(ordinal) for ordinal in range(5, 11)]
+    assert archive_members(body, names) == contents
+    with pytest.raises(ValueError, match="'5.jpg' where 6"):
+        archive_members(body, names[1:])
+    with pytest.raises(ValueError, match="ends inside '10.jpg'"):
+        archive_members(body[:-2000], names)
+    with pytest.raises(ValueError, match="does not end after its last member"):
+        archive_members(body, names[:-1])
+    wrong_size = [(5, images[5][1], "jpeg", 69_999)]  # the database and the store disagree
+    with pytest.raises(ValueError, match="not the 69999 bytes expected"):
+        b"".join(shard_archive(store, wrong_size))
 
 
 def test_a_shard_archive_holds_its_images_in_order_for_the_lease_holder_only(live_service, tmp_path):
