@@ -26,6 +26,7 @@ from app.leaderboard.pages import router as leaderboard_pages_router
 from app.leaderboard.router import router as leaderboard_router
 from app.settings import Settings
 from app.users.auth import OptionalUser
+from app.users.pages import router as users_pages_router
 from app.users.rate_limit import LoginLimits
 from app.users.router import router as users_router
 from app.web.body_guard import BodyGuard, BodyLimits
@@ -124,6 +125,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     install_error_pages(app)
     app.include_router(users_router)
+    app.include_router(users_pages_router)
     app.include_router(competitions_router)
     app.include_router(images_router)
     app.include_router(labelling_router)

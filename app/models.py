@@ -1,7 +1,7 @@
 """Every table, imported in one place so Alembic and the tests see the whole schema."""
 
 from app.classifiers.models import Classifier
-from app.competitions.models import Competition, CompetitionVersion
+from app.competitions.models import Competition, CompetitionMember, CompetitionVersion
 from app.db.base import Base
 from app.images.models import CompetitionImage, Image
 from app.jobs.models import Job
@@ -17,7 +17,7 @@ from app.labelling.models import (
     Vote,
 )
 from app.leaderboard.models import LeaderboardSnapshot
-from app.users.models import ApiToken, User
+from app.users.models import ApiToken, Invitation, User
 
 __all__ = [
     "ApiToken",
@@ -27,8 +27,10 @@ __all__ = [
     "Competition",
     "CompetitionVersion",
     "CompetitionImage",
+    "CompetitionMember",
     "DifficultyFlag",
     "Image",
+    "Invitation",
     "Job",
     "LabelItem",
     "LeaderboardSnapshot",

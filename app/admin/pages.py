@@ -12,6 +12,7 @@ from sqlalchemy import select
 from app.classifiers.enums import ClassifierSource
 from app.classifiers.service import list_classifiers
 from app.competitions import service as competitions_service
+from app.competitions.members import list_members
 from app.core.taxonomy_sources import BUILTIN_TAXONOMIES
 from app.db.session import SessionDep
 from app.images.models import CompetitionImage, Image
@@ -23,6 +24,7 @@ from app.labelling.models import QualityFlagKind
 from app.labelling.quality import list_flags
 from app.leaderboard import snapshots
 from app.leaderboard.standings import compute_leaderboard
+from app.users import invitations
 from app.users import service as users_service
 from app.users.auth import ADMIN_ROLES, OptionalUser, page_user
 from app.users.models import Role
@@ -37,7 +39,7 @@ RECENT_IMAGES_SHOWN = 20
 
 @router.get("/admin", response_class=HTMLResponse)
 def admin_home(request: Request, db_session: SessionDep, user: OptionalUser):
-    """Competitions (and a form to create one) and accounts (invite, pause, exclude votes)."""
+    """Competitions (and a form to create one), accounts (create, pause, exclude votes) and invitations."""
     admin = page_user(request, user, *ADMIN_ROLES)
     if isinstance(admin, RedirectResponse):
         return admin
@@ -48,6 +50,10 @@ def admin_home(request: Request, db_session: SessionDep, user: OptionalUser):
         competitions=competitions_service.list_competitions(db_session=db_session),
         image_counts=image_counts(db_session=db_session),
         users=users_service.list_users(db_session=db_session),
+        invitations=[
+            (invitation, username, invitations.invitation_status(invitation))
+            for invitation, username in invitations.list_invitations(db_session=db_session)
+        ],
         roles=[role.value for role in Role],
         taxonomies=[*BUILTIN_TAXONOMIES, "wordnet", "custom"],
     )
@@ -57,7 +63,8 @@ def admin_home(request: Request, db_session: SessionDep, user: OptionalUser):
 def admin_competition(
     request: Request, db_session: SessionDep, user: OptionalUser, competition: CompetitionDep
 ):
-    """A competition: progress, classifiers (add, retire), images (upload, exclude), annotators, snapshots."""
+    """A competition: progress, classifiers (add, retire), images (upload, exclude), who may label
+    (members), annotators, snapshots."""
     admin = page_user(request, user, *ADMIN_ROLES)
     if isinstance(admin, RedirectResponse):
         return admin
@@ -75,9 +82,17 @@ def admin_competition(
         .order_by(CompetitionImage.ordinal.desc())
         .limit(RECENT_IMAGES_SHOWN)
     ).all()
+    members = list_members(db_session=db_session, competition=competition)
+    member_ids = {member.user_id for member in members}
     return render(
         request,
         "admin_competition.html",
+        members=members,
+        candidates=[
+            account
+            for account in users_service.list_users(db_session=db_session)
+            if account.role == Role.annotator and account.is_active and account.id not in member_ids
+        ],
         user=admin,
         competition=competition,
         progress=competition_progress(db_session=db_session, competition_id=competition.id),

@@ -5,11 +5,12 @@ from rich.table import Table
 
 from app.cli.common import console, database_session, fail, load_settings
 from app.labelling.annotators import deactivate as deactivate_account
-from app.users import service
+from app.users import invitations, service
 from app.users.models import Role
 
 users_app = typer.Typer(
-    help="Add admin, annotator and worker accounts; set passwords, deactivate accounts, issue API tokens.",
+    help="Add admin, annotator and worker accounts; invite people; set passwords, deactivate accounts, "
+    "issue API tokens.",
     no_args_is_help=True,
 )
 
@@ -34,6 +35,26 @@ def add_user(
     console.print(f"Created {role.value} [bold]{username}[/].")
     if issued:
         console.print(f"API token (shown once): [bold]{issued}[/]")
+
+
+@users_app.command("invite")
+def invite(
+    role: Role = typer.Option(Role.annotator, help="The account's role: annotator or admin."),
+    note: str = typer.Option("", help="Whom the link is for (shown in the admin page's list)."),
+    hours: int = typer.Option(72, help=f"Hours the link stays valid (1 to {invitations.MAX_VALID_HOURS})."),
+    base_url: str = typer.Option(
+        "http://127.0.0.1:8000", help="The address people reach this service at, for the link."
+    ),
+) -> None:
+    """Print a one-time link with which a person sets their own username and password (only a hash of it
+    is stored: it is shown once)."""
+    with database_session(load_settings()) as session:
+        invitation, token = invitations.create_invitation(
+            db_session=session, role=role, note=note, valid_hours=hours, created_by=None
+        )
+        expires = invitation.expires_at
+    console.print(f"Invitation for an {role.value}, valid until {expires:%Y-%m-%d %H:%M} UTC (shown once):")
+    console.print(base_url.rstrip("/") + invitations.INVITATION_PATH.format(token=token), soft_wrap=True)
 
 
 @users_app.command("token")

@@ -3,7 +3,7 @@
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, CheckConstraint, String, Text
+from sqlalchemy import JSON, BigInteger, CheckConstraint, ForeignKey, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db.base import Base, utcnow
@@ -47,6 +47,8 @@ class Competition(Base):
     gold_rate: Mapped[float] = mapped_column(default=0.0)
     gold_threshold: Mapped[float] = mapped_column(default=0.0)
     gold_min_answers: Mapped[int] = mapped_column(default=10)
+    members_only: Mapped[bool] = mapped_column(default=False)
+    """Open to every annotator (False) or only to its members (CompetitionMember); admins label in all."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
@@ -67,3 +69,17 @@ class CompetitionVersion(Base):
     competition_id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
     writer: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
     version: Mapped[int] = mapped_column(BigInteger)
+
+
+class CompetitionMember(Base):
+    """An annotator who may label in a members-only competition."""
+
+    __tablename__ = "competition_members"
+
+    competition_id: Mapped[int] = mapped_column(
+        ForeignKey("competitions.id", ondelete="CASCADE"), primary_key=True
+    )
+    user_id: Mapped[int] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
+    added_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -1,12 +1,19 @@
-"""Competitions API: create (admin), list and read (public), and the label set."""
+"""Competitions API: create (admin), list and read (public), the label set, and members (admin)."""
 
 from fastapi import APIRouter, status
 
-from app.competitions import service
-from app.competitions.schemas import ClassRead, CompetitionCreate, CompetitionRead, CompetitionUpdate
+from app.competitions import members, service
+from app.competitions.schemas import (
+    ClassRead,
+    CompetitionCreate,
+    CompetitionRead,
+    CompetitionUpdate,
+    MemberRead,
+)
 from app.db.session import SessionDep
 from app.images.service import image_counts
 from app.users.auth import AdminUser
+from app.users.service import get_user
 from app.web.dependencies import CompetitionDep
 from app.web.errors import error_responses
 
@@ -40,14 +47,15 @@ def read_competition(competition: CompetitionDep, db_session: SessionDep) -> Com
 
 @router.patch(
     "/{competition_id}",
-    summary="Change a competition's description, guidelines or quality control (admin)",
+    summary="Change a competition's description, guidelines, quality control or openness (admin)",
     responses=error_responses(401, 403, 404, 422),
 )
 def update_competition(
     body: CompetitionUpdate, db_session: SessionDep, _admin: AdminUser, competition: CompetitionDep
 ) -> CompetitionRead:
     """Set the description, the annotators' guidelines, the gold accuracy threshold that pauses an annotator
-    and the gold answers it needs first (fields left out stay as they are)."""
+    and the gold answers it needs first, and members_only (whether only the competition's members may label;
+    fields left out stay as they are)."""
     service.update_competition(db_session=db_session, competition=competition, change=body)
     return service.to_read(competition, image_counts(db_session=db_session).get(competition.id, 0))
 
@@ -66,3 +74,41 @@ def list_classes(competition: CompetitionDep) -> list[ClassRead]:
         ClassRead(index=index, key=key, name=name, definition=definition)
         for index, (key, name, definition) in enumerate(classes)
     ]
+
+
+@router.get(
+    "/{competition_id}/members",
+    summary="List a competition's members (admin)",
+    responses=error_responses(401, 403, 404, 422),
+)
+def list_members(db_session: SessionDep, _admin: AdminUser, competition: CompetitionDep) -> list[MemberRead]:
+    """The annotators who may label in the competition when it is members-only, by username."""
+    return members.list_members(db_session=db_session, competition=competition)
+
+
+@router.put(
+    "/{competition_id}/members/{user_id}",
+    summary="Add a member (admin)",
+    responses=error_responses(401, 403, 404, 422),
+)
+def add_member(
+    user_id: int, db_session: SessionDep, _admin: AdminUser, competition: CompetitionDep
+) -> MemberRead:
+    """Let an annotator label in the competition when it is members-only (again: no change); 422 for an
+    admin (admins label everywhere) or a worker."""
+    user = get_user(db_session=db_session, user_id=user_id)
+    return members.add_member(db_session=db_session, competition=competition, user=user)
+
+
+@router.delete(
+    "/{competition_id}/members/{user_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    summary="Remove a member (admin)",
+    responses=error_responses(401, 403, 404, 422),
+)
+def remove_member(
+    user_id: int, db_session: SessionDep, _admin: AdminUser, competition: CompetitionDep
+) -> None:
+    """Take an annotator out of the members: in a members-only competition their next labelling request is
+    refused (403); 404 when they are not a member."""
+    members.remove_member(db_session=db_session, competition=competition, user_id=user_id)

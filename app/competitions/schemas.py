@@ -74,6 +74,10 @@ class CompetitionCreate(BaseModel):
     )
     gold_threshold: float = GOLD_THRESHOLD
     gold_min_answers: int = GOLD_MIN_ANSWERS
+    members_only: bool = Field(
+        default=False,
+        description="Open to every annotator (false) or only to the competition's members (true).",
+    )
 
     @field_validator("panel_size")
     @classmethod
@@ -85,14 +89,15 @@ class CompetitionCreate(BaseModel):
 
 
 class CompetitionUpdate(BaseModel):
-    """What can change once a competition runs: its description, its guidelines for annotators and its
-    quality control (the label set and the MAD parameters are fixed, as selections and votes depend on
-    them)."""
+    """What can change once a competition runs: its description, its guidelines for annotators, its
+    quality control and who may label (the label set and the MAD parameters are fixed, as selections and
+    votes depend on them)."""
 
     description: str | None = Field(default=None, max_length=2000)
     guidelines: str | None = Field(default=None, max_length=GUIDELINES_MAX)
     gold_threshold: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
     gold_min_answers: int | None = Field(default=None, ge=1, le=10_000)
+    members_only: bool | None = None
 
 
 class CompetitionRead(BaseModel):
@@ -114,8 +119,17 @@ class CompetitionRead(BaseModel):
     gold_rate: float
     gold_threshold: float
     gold_min_answers: int
+    members_only: bool
     created_at: datetime
     image_count: int
+
+
+class MemberRead(BaseModel):
+    """An annotator who may label in a members-only competition."""
+
+    user_id: int
+    username: str
+    added_at: datetime
 
 
 class ClassRead(BaseModel):

@@ -75,7 +75,7 @@ def data_version(*, db_session: Session, competition_id: int) -> int:
 
 
 def update_competition(*, db_session: Session, competition: Competition, change: CompetitionUpdate) -> None:
-    """Set the description, guidelines and quality settings given (None leaves one as it is)."""
+    """Set the description, guidelines, quality settings and members_only given (None leaves one as it is)."""
     for field, value in change.model_dump(exclude_none=True).items():
         setattr(competition, field, value)
     db_session.flush()
@@ -117,6 +117,7 @@ def to_read(competition: Competition, image_count: int) -> CompetitionRead:
         gold_rate=competition.gold_rate,
         gold_threshold=competition.gold_threshold,
         gold_min_answers=competition.gold_min_answers,
+        members_only=competition.members_only,
         created_at=competition.created_at,
         image_count=image_count,
     )

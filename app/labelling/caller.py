@@ -19,11 +19,14 @@ from app.users.models import Role
 @dataclass(frozen=True)
 class LabellingCaller:
     """An annotator's request resolved in one query: who calls, the competition (None when there is no
-    such competition), the token they called with (id and last use) if any, and why they are paused in
-    the competition (app.labelling.quality), if they are."""
+    """An annotator's request resolved in one query: who calls, the competition (None when there is no
+    such competition), whether they may label in it (an admin, or the competition is open to all
+    annotators, or they are one of its members), the token they called with (id and last use) if any, and
+    why they are paused in the competition (app.labelling.quality), if they are."""
 
     labeller: Labeller
     competition: LabellingSettings | None
+    may_label: bool
     token_id: int | None
     token_last_used_at: datetime | None
     paused: str | None
@@ -39,7 +42,8 @@ def labelling_caller(
     writes: bool,
 ) -> LabellingCaller | None:
     """The active account owning this API token (or else with this id, its sessions of this generation not
-    ended) and the competition's labelling settings, in one query; None when no active account matches.
+    ended), the competition's labelling settings and the account's membership, in one query; None when no
+    active account matches.
 
     For a request that writes (answers, flags, leases), the account's row is locked FOR SHARE until the
     transaction ends, so that its votes_excluded and is_active hold for the whole request: pausing the
@@ -71,5 +75,7 @@ def labelling_caller(
             row.gold_min_answers,
         )
     )
-    labeller = Labeller(row.id, Role(row.role), row.votes_excluded)
-    return LabellingCaller(labeller, competition, row.token_id, row.last_used_at, row.paused)
+    role = Role(row.role)
+    may_label = role == Role.admin or not row.members_only or row.member_id is not None
+    labeller = Labeller(row.id, role, row.votes_excluded)
+    return LabellingCaller(labeller, competition, may_label, row.token_id, row.last_used_at, row.paused)

@@ -12,6 +12,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request, status
 from sqlalchemy.orm import Session
 
+from app.competitions.members import MEMBERS_ONLY
 from app.db.session import SessionDep, in_one_thread
 from app.errors import Forbidden, NotFound
 from app.labelling import answers, gold, quality, queue
@@ -63,7 +64,8 @@ class LabellingCall:
 def labelling_call(
     competition_id: int, request: Request, db_session: SessionDep, credentials: CredentialsDep
 ) -> LabellingCall:
-    """The caller and the competition in one query: 401, 403, then 404, before the body is validated.
+    """The caller and the competition in one query: 401, 403, 404, then 403 for an annotator who is not a
+    member of a members-only competition, before the body is validated.
 
     A request that changes state holds the caller's row locked FOR SHARE until it commits (see
     app.labelling.caller), so that pausing them or excluding their votes never overlaps it.
@@ -89,6 +91,8 @@ def labelling_call(
     check_role(caller.labeller, ANNOTATOR_ROLES)
     if caller.competition is None:
         raise NotFound(f"no competition with id {competition_id}")
+    if not caller.may_label:
+        raise Forbidden(MEMBERS_ONLY)
     if caller.paused is not None and request.method not in SAFE_METHODS:
         raise Forbidden(quality.paused_message(caller.paused))
     return LabellingCall(caller.labeller, caller.competition)

@@ -25,7 +25,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from app.competitions.models import Competition
+from app.competitions.models import Competition, CompetitionMember
 from app.db.statements import HotStatement
 from app.images.models import Image
 from app.labelling import checks
@@ -55,6 +55,7 @@ _users = User.__table__
 _api_tokens = ApiToken.__table__
 _competitions = Competition.__table__
 _quality_flags = QualityFlag.__table__
+_members = CompetitionMember.__table__
 _LEASED = literal_column(f"'{AssignmentStatus.leased.value}'")
 """The status written into the SQL, not bound: with a bound status Postgres planned the hot statements
 afresh on every call (its estimate for 'leased', a rare status, beat the generic plan's every time)."""
@@ -85,16 +86,27 @@ _CALLER_COLUMNS = (
     _competitions.c.gold_threshold,
     _competitions.c.gold_min_answers,
     _PAUSED.label("paused"),
+    _competitions.c.members_only,
+    _members.c.user_id.label("member_id"),
 )
 _WITH_COMPETITION = (_competitions, _competitions.c.id == bindparam("competition_id"))
+_WITH_MEMBERSHIP = (
+    _members,
+    and_(_members.c.competition_id == _competitions.c.id, _members.c.user_id == _users.c.id),
+)
+"""The caller's membership row in the competition, if any (a members-only competition needs one)."""
 _BY_TOKEN = (
     select(*_CALLER_COLUMNS, _api_tokens.c.id.label("token_id"), _api_tokens.c.last_used_at)
-    .select_from(_users.join(_api_tokens, _api_tokens.c.user_id == _users.c.id).outerjoin(*_WITH_COMPETITION))
+    .select_from(
+        _users.join(_api_tokens, _api_tokens.c.user_id == _users.c.id)
+        .outerjoin(*_WITH_COMPETITION)
+        .outerjoin(*_WITH_MEMBERSHIP)
+    )
     .where(_api_tokens.c.token_hash == bindparam("token_hash"), _users.c.is_active)
 )
 _BY_ID = (
     select(*_CALLER_COLUMNS, null().label("token_id"), null().label("last_used_at"))
-    .select_from(_users.outerjoin(*_WITH_COMPETITION))
+    .select_from(_users.outerjoin(*_WITH_COMPETITION).outerjoin(*_WITH_MEMBERSHIP))
     .where(
         _users.c.id == bindparam("user_id"),
         _users.c.is_active,
@@ -102,7 +114,8 @@ _BY_ID = (
     )
 )
 CALLER_BY_TOKEN = HotStatement(_BY_TOKEN)
-"""The active account owning an API token, with the competition's labelling settings."""
+"""The active account owning an API token, with the competition's labelling settings and whether the account
+is one of its members."""
 CALLER_BY_ID = HotStatement(_BY_ID)
 """The active account with this id whose sessions of this generation are not ended, with the competition's
 labelling settings."""

@@ -47,6 +47,23 @@ class ApiToken(Base):
     last_used_at: Mapped[datetime | None]
 
 
+class Invitation(Base):
+    """A one-time link with which a person sets their own username and password before it expires; only
+    the SHA-256 of its token is stored. used_at and user_id say when it was used and by which account."""
+
+    __tablename__ = "invitations"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    role: Mapped[Role] = mapped_column(str_enum(Role))
+    note: Mapped[str] = mapped_column(String(200), default="")
+    created_by: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime]
+    used_at: Mapped[datetime | None]
+    user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
+
+
 class LoginFailure(Base):
     """A failed sign-in: from which address, for which username, when. Kept for the rate limit's window
     only, in the database so that every server process (and a restarted one) counts the same failures."""

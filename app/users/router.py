@@ -1,13 +1,17 @@
 """Accounts API: who am I and my password, and (admins) create users, deactivate them, set their passwords,
-issue tokens."""
+issue tokens, invite people."""
 
 from fastapi import APIRouter, Request, status
 
 from app.db.session import SessionDep
 from app.labelling.annotators import deactivate, set_votes_excluded
-from app.users import service
+from app.users import invitations, service
 from app.users.auth import SESSION_GENERATION, AdminUser, CurrentUser
+from app.users.models import Invitation
 from app.users.schemas import (
+    InvitationCreate,
+    InvitationCreated,
+    InvitationRead,
     PasswordChange,
     PasswordSet,
     TokenCreate,
@@ -109,3 +113,45 @@ def create_token(user_id: int, body: TokenCreate, db_session: SessionDep, _admin
     user = service.get_user(db_session=db_session, user_id=user_id)
     token = service.create_api_token(db_session=db_session, user=user, name=body.name)
     return TokenCreated(user_id=user.id, name=body.name, token=token)
+
+
+@router.post(
+    "/invitations",
+    status_code=status.HTTP_201_CREATED,
+    summary="Invite a person (admin)",
+    responses=error_responses(401, 403, 422),
+)
+def create_invitation(
+    body: InvitationCreate, request: Request, db_session: SessionDep, admin: AdminUser
+) -> InvitationCreated:
+    """A one-time link, valid for valid_hours, on which the person sets their own username and password and
+    is signed in with the role given (annotator or admin; 422 for worker). The response is the only time
+    the link is shown: only a hash of its token is stored."""
+    invitation, token = invitations.create_invitation(
+        db_session=db_session, role=body.role, note=body.note, valid_hours=body.valid_hours, created_by=admin
+    )
+    url = str(request.base_url).rstrip("/") + invitations.INVITATION_PATH.format(token=token)
+    return InvitationCreated(**_invitation_read(invitation, None).model_dump(), url=url)
+
+
+@router.get("/invitations", summary="List invitations (admin)", responses=error_responses(401, 403))
+def list_invitations(db_session: SessionDep, _admin: AdminUser) -> list[InvitationRead]:
+    """Every invitation, newest first: open, used (with the account made) or expired."""
+    return [
+        _invitation_read(invitation, username)
+        for invitation, username in invitations.list_invitations(db_session=db_session)
+    ]
+
+
+def _invitation_read(invitation: Invitation, username: str | None) -> InvitationRead:
+    """The API view of an invitation, with its status now."""
+    return InvitationRead(
+        id=invitation.id,
+        role=invitation.role,
+        note=invitation.note,
+        created_at=invitation.created_at,
+        expires_at=invitation.expires_at,
+        used_at=invitation.used_at,
+        username=username,
+        status=invitations.invitation_status(invitation),
+    )

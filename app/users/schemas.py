@@ -62,3 +62,31 @@ class TokenCreated(BaseModel):
     user_id: int
     name: str
     token: str
+
+
+class InvitationCreate(BaseModel):
+    """An invitation for one person: the role their account gets, a note (whom it is for) and how long the
+    link stays valid."""
+
+    role: Role = Role.annotator
+    note: str = Field(default="", max_length=200, examples=["alice@example.org"])
+    valid_hours: int = Field(default=72, ge=1, le=30 * 24, description="Hours until the link expires.")
+
+
+class InvitationRead(BaseModel):
+    """An invitation as the API lists it (never its token): open, used (by which account) or expired."""
+
+    id: int
+    role: Role
+    note: str
+    created_at: datetime
+    expires_at: datetime
+    used_at: datetime | None
+    username: str | None = Field(description="The account made with it, once used.")
+    status: str = Field(examples=["open", "used", "expired"])
+
+
+class InvitationCreated(InvitationRead):
+    """A new invitation with its link: shown once, send it to the person now."""
+
+    url: str

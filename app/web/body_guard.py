@@ -6,7 +6,7 @@ or its caller may not send it, so that an anonymous 1 GB POST costs the server n
   Content-Length over it is answered 413 at once; a body without one is counted as it arrives and answered
   413 as soon as it passes the limit (nothing beyond is read).
 - A state-changing request without any credentials (no bearer token, no signed-in session) is answered
-  401 before its body is read, except the sign-in and sign-out forms.
+  401 before its body is read, except the sign-in, sign-out and invitation forms.
 - A body over SMALL_BODY_BYTES (or of unknown length) is read only for an active admin or worker: their
   credentials are checked first (a short database step), so a made-up token cannot make the server read
   or spool gigabytes before its 401.
@@ -33,7 +33,7 @@ UPLOAD_ROUTES = (
     re.compile(r"/api/v1/jobs/[^/]+/predictions"),
 )
 COMPETITION_ROUTE = "/api/v1/competitions"
-OPEN_FORMS = frozenset({"/login", "/logout"})
+OPEN_FORMS = re.compile(r"/login|/logout|/invitations/[^/]+")
 """State-changing routes anyone may post to (their CSRF token is checked by the route)."""
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 LARGE_BODY_ROLES = frozenset({Role.admin, Role.worker})
@@ -76,7 +76,7 @@ class BodyGuard:
         if declared is not None and declared > limit:
             await _refuse(send, 413, "too_large", f"this request's body is limited to {limit:,} bytes")
             return
-        if scope["path"] not in OPEN_FORMS:
+        if not OPEN_FORMS.fullmatch(scope["path"]):
             refusal = await self._caller_refusal(scope, declared)
             if refusal is not None:
                 await _refuse(send, *refusal)
@@ -146,11 +146,13 @@ def _role_of(db_session, token: str | None, session: dict) -> Role | None:
 
 
 def _content_length(scope: Scope) -> int | None:
-    """The declared Content-Length, or None when absent (a chunked body) or not a number."""
-    for name, value in scope["headers"]:
-        if name == b"content-length":
-            return int(value) if value.isdigit() else None
-    return None
+    """The declared Content-Length; 0 for a request with neither it nor Transfer-Encoding (no body, RFC 9112
+    Sec. 6.3: a DELETE, say); None for a chunked body or a length that is not a number."""
+    headers = dict(scope["headers"])
+    if b"content-length" in headers:
+        value = headers[b"content-length"]
+        return int(value) if value.isdigit() else None
+    return None if b"transfer-encoding" in headers else 0
 
 
 def _bearer_token(scope: Scope) -> str | None:

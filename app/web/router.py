@@ -7,6 +7,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from starlette.concurrency import run_in_threadpool
 
 from app.competitions import service as competitions_service
+from app.competitions.members import competitions_of
 from app.db.base import utcnow
 from app.db.session import DatabaseStepsDep, SessionDep
 from app.images.service import image_counts
@@ -22,12 +23,17 @@ router = APIRouter(include_in_schema=False)
 
 @router.get("/", response_class=HTMLResponse)
 def home(request: Request, db_session: SessionDep, user: OptionalUser):
-    """The competitions and, when there are none yet, the commands that set one up."""
+    """The competitions (an annotator sees those they may label in) and, when there are none yet, the commands
+    that set one up."""
+    if user is not None and user.role == Role.annotator:
+        competitions = competitions_of(db_session=db_session, user=user)
+    else:
+        competitions = competitions_service.list_competitions(db_session=db_session)
     return render(
         request,
         "home.html",
         user=user,
-        competitions=competitions_service.list_competitions(db_session=db_session),
+        competitions=competitions,
         image_counts=image_counts(db_session=db_session),
     )
 

@@ -38,6 +38,7 @@ def upgrade() -> None:
         sa.Column("gold_rate", sa.Double(), nullable=False),
         sa.Column("gold_threshold", sa.Double(), nullable=False),
         sa.Column("gold_min_answers", sa.Integer(), nullable=False),
+        sa.Column("members_only", sa.Boolean(), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.CheckConstraint(
             "confidence_threshold >= 0 AND confidence_threshold <= 1",
@@ -93,6 +94,47 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_users")),
         sa.UniqueConstraint("username", name=op.f("uq_users_username")),
     )
+    op.create_table(
+        "invitations",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("token_hash", sa.String(length=64), nullable=False),
+        sa.Column(
+            "role",
+            sa.Enum("admin", "annotator", "worker", name="role", native_enum=False, length=16),
+            nullable=False,
+        ),
+        sa.Column("note", sa.String(length=200), nullable=False),
+        sa.Column("created_by", sa.Integer(), nullable=True),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("used_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("user_id", sa.Integer(), nullable=True),
+        sa.ForeignKeyConstraint(
+            ["created_by"], ["users.id"], name=op.f("fk_invitations_created_by_users"), ondelete="SET NULL"
+        ),
+        sa.ForeignKeyConstraint(
+            ["user_id"], ["users.id"], name=op.f("fk_invitations_user_id_users"), ondelete="SET NULL"
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_invitations")),
+        sa.UniqueConstraint("token_hash", name=op.f("uq_invitations_token_hash")),
+    )
+    op.create_table(
+        "competition_members",
+        sa.Column("competition_id", sa.Integer(), nullable=False),
+        sa.Column("user_id", sa.Integer(), nullable=False),
+        sa.Column("added_at", sa.DateTime(timezone=True), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["competition_id"],
+            ["competitions.id"],
+            name=op.f("fk_competition_members_competition_id_competitions"),
+            ondelete="CASCADE",
+        ),
+        sa.ForeignKeyConstraint(
+            ["user_id"], ["users.id"], name=op.f("fk_competition_members_user_id_users"), ondelete="CASCADE"
+        ),
+        sa.PrimaryKeyConstraint("competition_id", "user_id", name=op.f("pk_competition_members")),
+    )
+    op.create_index("ix_competition_members_user_id", "competition_members", ["user_id"])
     op.create_table(
         "login_failures",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -603,6 +645,8 @@ def downgrade() -> None:
     op.drop_table("classifiers")
     op.drop_table("api_tokens")
     op.drop_table("login_failures")
+    op.drop_table("competition_members")
+    op.drop_table("invitations")
     op.drop_table("users")
     op.drop_table("images")
     op.drop_table("competitions")

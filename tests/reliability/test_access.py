@@ -47,10 +47,17 @@ ROUTES = {
     ("POST", "/api/v1/users"): ADMIN,
     ("PATCH", "/api/v1/users/{user_id}"): ADMIN,
     ("POST", "/api/v1/users/{user_id}/tokens"): ADMIN,
+    ("POST", "/api/v1/invitations"): ADMIN,
+    ("GET", "/api/v1/invitations"): ADMIN,
+    ("GET", "/invitations/{token}"): PUBLIC,
+    ("POST", "/invitations/{token}"): FORM,
     ("GET", "/api/v1/competitions"): PUBLIC,
     ("POST", "/api/v1/competitions"): ADMIN,
     ("GET", "/api/v1/competitions/{competition_id}"): PUBLIC,
     ("PATCH", "/api/v1/competitions/{competition_id}"): ADMIN,
+    ("GET", "/api/v1/competitions/{competition_id}/members"): ADMIN,
+    ("PUT", "/api/v1/competitions/{competition_id}/members/{user_id}"): ADMIN,
+    ("DELETE", "/api/v1/competitions/{competition_id}/members/{user_id}"): ADMIN,
     ("GET", "/api/v1/competitions/{competition_id}/classes"): PUBLIC,
     ("GET", "/api/v1/competitions/{competition_id}/images"): PUBLIC,
     ("POST", "/api/v1/competitions/{competition_id}/images"): ADMIN,
@@ -151,6 +158,7 @@ def sample_path(template: str, world: World) -> str:
         "slug": world.snapshot_slug,
         "user_id": world.user_ids["annotator"],
         "job_id": world.failed_job_id,
+        "token": "no-such-invitation",
     }
     return re.sub(r"{(\w+)}", lambda match: str(values[match.group(1)]), template)
 

@@ -212,6 +212,7 @@ def path_variants(template: str, world: World, image_hashes: list[str]) -> list[
         "slug": [world.snapshot_slug],
         "user_id": list(world.user_ids.values()),
         "job_id": world.job_ids[:2],
+        "token": ["no-such-invitation"],
     }
     names = re.findall(r"{(\w+)}", template)
     paths = []
