@@ -19,7 +19,6 @@ from app.users.models import Role
 @dataclass(frozen=True)
 class LabellingCaller:
     """An annotator's request resolved in one query: who calls, the competition (None when there is no
-    """An annotator's request resolved in one query: who calls, the competition (None when there is no
     such competition), whether they may label in it (an admin, or the competition is open to all
     annotators, or they are one of its members), the token they called with (id and last use) if any, and
     why they are paused in the competition (app.labelling.quality), if they are."""

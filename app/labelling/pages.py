@@ -7,8 +7,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from app.competitions.members import MEMBERS_ONLY, may_label
 from app.competitions.service import class_definitions
 from app.db.session import SessionDep
-from app.labelling.quality import paused_message, paused_reason
 from app.errors import Forbidden
+from app.labelling.quality import paused_message, paused_reason
 from app.users.auth import ANNOTATOR_ROLES, OptionalUser, page_user
 from app.web.dependencies import CompetitionDep
 from app.web.templating import render
