@@ -73,6 +73,8 @@ ROUTES = {
     ("GET", "/api/v1/competitions/{competition_id}/labelling/annotators"): ADMIN,
     ("GET", "/api/v1/competitions/{competition_id}/labelling/gold"): ADMIN,
     ("POST", "/api/v1/competitions/{competition_id}/labelling/gold"): ADMIN,
+    ("GET", "/api/v1/competitions/{competition_id}/labelling/quality-flags"): ADMIN,
+    ("POST", "/api/v1/competitions/{competition_id}/labelling/quality-flags/{flag_id}/decision"): ADMIN,
     ("GET", "/competitions/{competition_id}/label"): ANNOTATOR,
     ("GET", "/competitions/{competition_id}/guidelines"): PUBLIC,
     ("GET", "/api/v1/competitions/{competition_id}/classifiers"): PUBLIC,
@@ -107,6 +109,7 @@ ROUTES = {
     ("GET", "/admin"): ADMIN,
     ("GET", "/admin/competitions/{competition_id}"): ADMIN,
     ("GET", "/admin/competitions/{competition_id}/gold"): ADMIN,
+    ("GET", "/admin/competitions/{competition_id}/quality"): ADMIN,
 }
 GATES = {ADMIN: require_admin, ANNOTATOR: labelling_call, WORKER: require_worker, ACCOUNT: current_user}
 SIGNED_IN_BY_GATE = {ANNOTATOR}
@@ -125,6 +128,7 @@ SIGN_IN_PAGES = {
     "/admin",
     "/admin/competitions/{competition_id}",
     "/admin/competitions/{competition_id}/gold",
+    "/admin/competitions/{competition_id}/quality",
     "/competitions/{competition_id}/label",
 }
 
@@ -159,6 +163,7 @@ def sample_path(template: str, world: World) -> str:
         "user_id": world.user_ids["annotator"],
         "job_id": world.failed_job_id,
         "token": "no-such-invitation",
+        "flag_id": 1,
     }
     return re.sub(r"{(\w+)}", lambda match: str(values[match.group(1)]), template)
 

@@ -213,6 +213,7 @@ def path_variants(template: str, world: World, image_hashes: list[str]) -> list[
         "user_id": list(world.user_ids.values()),
         "job_id": world.job_ids[:2],
         "token": ["no-such-invitation"],
+        "flag_id": [1],
     }
     names = re.findall(r"{(\w+)}", template)
     paths = []
