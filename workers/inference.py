@@ -1,7 +1,9 @@
 """Batched timm inference over competition images, producing dense prediction arrays per classifier.
 
 Images are read and decoded in DataLoader worker processes (Pillow, EXIF orientation, RGB) and resized
-and cropped once per distinct preprocessing geometry; classifiers that share it share the decoded uint8
+and cropped once per distinct preprocessing geometry; on a CUDA device, the loader processes leave complete
+upright RGB JPEGs undecoded and the GPU decodes them (nvJPEG through torchvision.io.decode_jpeg) and resizes
+and crops them with the same timm transforms, on tensors; classifiers that share it share the decoded uint8
 batch and normalise it with their own mean/std on the device. On a GPU models run channels_last under
 bf16 autocast (optionally torch.compile'd) with pinned, non-blocking copies; on CPU in fp32.
 An image Pillow cannot decode gets a no-prediction row instead of failing the shard.
@@ -10,21 +12,27 @@ An image Pillow cannot decode gets a no-prediction row instead of failing the sh
 import io
 import math
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import timm.data
 import torch
+import torchvision.io
 from PIL import Image, ImageOps
 
 from app.classifiers.prediction_store import TOP_K, Predictions
 
-ReadBytes = Callable[[int], bytes]
+ReadBytes = Callable[[int], bytes | memoryview]
 """The bytes of the image at an ordinal; a reader with a `many(ordinals)` method reads a batch in one go."""
+Sample = tuple[list[torch.Tensor], bool, torch.Tensor | None]
+"""One image from a loader process: a tensor per geometry, whether it decoded, and its JPEG bytes when the
+device is left to decode it (then the tensors are placeholders)."""
 Progress = Callable[[int, int], None]
 
 LOG2 = math.log(2.0)
+EXIF_ORIENTATION = 0x0112
 
 
 @dataclass(frozen=True, eq=False)
@@ -87,6 +95,45 @@ def decode_image(data: bytes) -> Image.Image | None:
         return None
 
 
+def gpu_decodable(data: bytes | memoryview) -> bool:
+    """Whether nvJPEG can take the image as it is: a complete JPEG (SOI ... EOI) in RGB with no EXIF rotation
+    (which nvJPEG does not apply); Pillow reads only its header."""
+    if bytes(data[:3]) != b"\xff\xd8\xff" or bytes(data[-2:]) != b"\xff\xd9":
+        return False
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            return image.mode == "RGB" and image.getexif().get(EXIF_ORIENTATION, 1) == 1
+    except Exception:  # as in decode_image: Pillow's many errors for bad data
+        return False
+
+
+def decode_jpegs(jpegs: list[torch.Tensor], device: torch.device) -> list[torch.Tensor | None]:
+    """RGB uint8 CHW images on `device`: nvJPEG for the batch, else one at a time, else Pillow; None for an
+    image none of them decodes."""
+    with warnings.catch_warnings():  # torchvision 0.29 deprecates its codecs for torchcodec's
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            return torchvision.io.decode_jpeg(jpegs, mode=torchvision.io.ImageReadMode.RGB, device=device)
+        except RuntimeError:
+            return [_decode_one(jpeg, device) for jpeg in jpegs]
+
+
+def _decode_one(jpeg: torch.Tensor, device: torch.device) -> torch.Tensor | None:
+    """One JPEG decoded by nvJPEG, or by Pillow when nvJPEG refuses it."""
+    try:
+        return torchvision.io.decode_jpeg(jpeg, mode=torchvision.io.ImageReadMode.RGB, device=device)
+    except RuntimeError:
+        image = decode_image(jpeg.numpy().tobytes())
+        return None if image is None else torch.from_numpy(np.asarray(image)).permute(2, 0, 1).to(device)
+
+
+def collate(samples: list[Sample]) -> tuple[list[torch.Tensor], torch.Tensor, list[tuple[int, torch.Tensor]]]:
+    """A batch: a uint8 NCHW tensor per geometry, whether each image decoded, (row, JPEG) for the device."""
+    tensors, ok, jpegs = zip(*samples, strict=True)
+    batches = [torch.stack(group) for group in zip(*tensors, strict=True)]
+    return batches, torch.tensor(ok), [(row, jpeg) for row, jpeg in enumerate(jpegs) if jpeg is not None]
+
+
 def prepare_model(
     model: torch.nn.Module, device: torch.device, *, compile_for_batch: int | None = None
 ) -> PreparedModel:
@@ -125,7 +172,7 @@ def classify(prepared: PreparedModel, images: torch.Tensor) -> BatchPredictions:
 
 
 class _ImageDataset(torch.utils.data.Dataset):
-    """Images by position in `ordinals`: one uint8 tensor per geometry, and whether the image decoded."""
+    """Images by position in `ordinals` as Samples; JPEGs the device can decode are left to it if asked."""
 
     def __init__(
         self,
@@ -133,31 +180,39 @@ class _ImageDataset(torch.utils.data.Dataset):
         read_bytes: ReadBytes,
         transforms: list[Callable[[Image.Image], torch.Tensor]],
         input_sizes: list[tuple[int, int, int]],
+        jpegs_to_device: bool,
     ) -> None:
         self.ordinals = ordinals
         self.read_bytes = read_bytes
         self.transforms = transforms
         self.input_sizes = input_sizes
+        self.jpegs_to_device = jpegs_to_device
 
     def __len__(self) -> int:
         return len(self.ordinals)
 
-    def __getitem__(self, index: int) -> tuple[list[torch.Tensor], bool]:
+    def __getitem__(self, index: int) -> Sample:
         return self._decoded(self.read_bytes(self.ordinals[index]))
 
-    def __getitems__(self, indices: list[int]) -> list[tuple[list[torch.Tensor], bool]]:
+    def __getitems__(self, indices: list[int]) -> list[Sample]:
         """A batch: its bytes read together when the reader can (DataLoader calls this per batch)."""
         ordinals = [self.ordinals[index] for index in indices]
         many = getattr(self.read_bytes, "many", None)
         contents = many(ordinals) if many is not None else [self.read_bytes(o) for o in ordinals]
         return [self._decoded(data) for data in contents]
 
-    def _decoded(self, data: bytes) -> tuple[list[torch.Tensor], bool]:
-        """One tensor per geometry, and whether the image decoded (zeros when it did not)."""
+    def _placeholders(self) -> list[torch.Tensor]:
+        """Zeros of each geometry's shape."""
+        return [torch.zeros(size, dtype=torch.uint8) for size in self.input_sizes]
+
+    def _decoded(self, data: bytes | memoryview) -> Sample:
+        """A tensor per geometry and whether the image decoded (zeros if not), or the JPEG for the device."""
+        if self.jpegs_to_device and gpu_decodable(data):
+            return self._placeholders(), True, torch.frombuffer(bytearray(data), dtype=torch.uint8)
         image = decode_image(data)
         if image is None:
-            return [torch.zeros(size, dtype=torch.uint8) for size in self.input_sizes], False
-        return [transform(image) for transform in self.transforms], True
+            return self._placeholders(), False, None
+        return [transform(image) for transform in self.transforms], True, None
 
 
 class InferenceEngine:
@@ -205,8 +260,10 @@ class InferenceEngine:
         outputs: list[list[BatchPredictions]] = [[] for _ in self.prepared]
         decoded: list[torch.Tensor] = []
         done = 0
-        for batches, ok in loader:
+        for batches, ok, jpegs in loader:
             on_device = [batch.to(self.device, non_blocking=True) for batch in batches]
+            if jpegs:
+                self._decode_on_device(jpegs, on_device, ok)
             for index, prepared in enumerate(self.prepared):
                 outputs[index].append(classify(prepared, on_device[self.group_of_model[index]]))
             decoded.append(ok)
@@ -216,14 +273,30 @@ class InferenceEngine:
         ok_rows = torch.cat(decoded).numpy() if decoded else np.zeros(0, bool)
         return [_to_predictions(batch_outputs, ok_rows) for batch_outputs in outputs]
 
+    def _decode_on_device(
+        self, jpegs: list[tuple[int, torch.Tensor]], batches: list[torch.Tensor], ok: torch.Tensor
+    ) -> None:
+        """Decode the batch's JPEGs on the device into their rows of each geometry's batch (timm's transforms
+        work on tensors too); a JPEG that does not decode keeps its zeros and is marked undecoded."""
+        rows, data = zip(*jpegs, strict=True)
+        for row, image in zip(rows, decode_jpegs(list(data), self.device), strict=True):
+            if image is None:
+                ok[row] = False
+                continue
+            for batch, transform in zip(batches, self.transforms, strict=True):
+                batch[row] = transform(image)
+
     def _loader(self, ordinals: Sequence[int], read_bytes: ReadBytes) -> torch.utils.data.DataLoader:
-        """A DataLoader decoding `ordinals` in order, in worker processes."""
-        dataset = _ImageDataset(ordinals, read_bytes, self.transforms, self.input_sizes)
+        """A DataLoader reading `ordinals` in order in worker processes, decoding all but the JPEGs left to a
+        CUDA device."""
+        jpegs_to_device = self.device.type == "cuda"
+        dataset = _ImageDataset(ordinals, read_bytes, self.transforms, self.input_sizes, jpegs_to_device)
         workers = min(self.num_workers, math.ceil(len(ordinals) / self.batch_size))
         return torch.utils.data.DataLoader(
             dataset,
             batch_size=self.batch_size,
             num_workers=workers,
+            collate_fn=collate,
             pin_memory=self.device.type == "cuda",
         )
 

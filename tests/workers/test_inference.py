@@ -11,7 +11,15 @@ import torch
 from PIL import Image, ImageOps
 
 from app.classifiers.prediction_store import Predictions
-from workers.inference import InferenceEngine, PreparedModel, classify, decode_image
+from workers.inference import (
+    InferenceEngine,
+    PreparedModel,
+    classify,
+    decode_image,
+    decode_jpegs,
+    gpu_decodable,
+    uint8_transform,
+)
 
 
 def reference_probabilities(model: torch.nn.Module, paths) -> np.ndarray:
@@ -154,6 +162,31 @@ def test_gpu_bf16_agrees_with_cpu_fp32(models, images, read_bytes, all_predictio
     for gpu, cpu in zip(on_gpu, all_predictions, strict=True):
         np.testing.assert_array_equal(gpu.top1 == -1, cpu.top1 == -1)
         np.testing.assert_allclose(gpu.top5_prob, cpu.top5_prob, atol=0.02)
+
+
+@pytest.mark.parametrize(
+    "device",
+    [
+        "cpu",
+        pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")),
+    ],
+)
+def test_jpegs_left_to_the_device_decode_and_transform_there_as_pillow_does(models, images, device):
+    """On CUDA the loader processes leave complete upright RGB JPEGs to nvJPEG; decode_jpeg on the CPU
+    (libjpeg) runs the same path here, tensors through the same timm transforms."""
+    contents = [path.read_bytes() for path in images.paths]
+    left = [ordinal for ordinal, data in enumerate(contents) if gpu_decodable(data)]
+    assert [images.paths[ordinal].name for ordinal in left] == [f"photo{n}.jpg" for n in (0, 1, 2, 3, 4, 15)]
+    jpegs = [torch.frombuffer(bytearray(contents[ordinal]), dtype=torch.uint8) for ordinal in left]
+    decoded = decode_jpegs(jpegs, torch.device(device))
+    for model in models[:2]:  # bilinear and bicubic resizing
+        transform = uint8_transform(timm.data.resolve_model_data_config(model))
+        for ordinal, image in zip(left, decoded, strict=True):
+            assert image.device.type == device
+            on_device = transform(image).cpu().int()
+            expected = transform(decode_image(contents[ordinal])).int()
+            assert on_device.shape == expected.shape
+            assert (on_device - expected).abs().float().mean() < 2  # decoders' IDCT and upsampling differ
 
 
 @dataclass
