@@ -23,6 +23,8 @@
   const definitionBox = $("definition-box");
   const status = $("status");
   const resumeSkipped = $("resume-skipped");
+  const whereNext = $("label-done");
+  const questionControls = [$("answer-buttons"), flagButton, skipButton, defineButton, $("definition-box")];
   const BUSY_RETRY_MS = 10000;
   const STATS_EVERY = 10; // images between progress refreshes
   const UNDO_LIMIT = 10; // the server keeps the last ten answers editable
@@ -37,7 +39,8 @@
   let shownAt = 0; // when the current question appeared on a loaded image
   let working = false; // a request is in flight: keys wait for it
   let answeredToday = 0;
-  let sinceStats = 0; // images sent since the progress was last read
+  let imagesLeft = null; // images left for this annotator, as the server last said, less those finished since
+  let sinceStats = 0; // images finished since the progress was last read
   let scale = 1; // the image's zoom: 1 fits the frame
 
   // What survives a reload of this tab: how many steps the server can undo, and each recent image's
@@ -108,6 +111,9 @@
     memory.totals[item.item_id] ??= item.questions.length;
     remember();
     resumeSkipped.hidden = true;
+    whereNext.hidden = true;
+    for (const control of questionControls) control.hidden = false;
+    definitionBox.hidden = defineButton.getAttribute("aria-expanded") !== "true";
     zoomTo(1);
     imageLoaded = false;
     setEnabled(false);
@@ -178,20 +184,23 @@
     answers = [];
     figure.hidden = true;
     image.removeAttribute("src");
-    setEnabled(false);
-    definitionBox.hidden = true;
+    for (const control of questionControls) control.hidden = true; // nothing to answer: no dead buttons
     $("question-count").textContent = "";
     question.textContent = NOTHING[reason] || NOTHING.finished;
     resumeSkipped.hidden = reason !== "skipped";
+    whereNext.hidden = reason === "busy";
     if (reason === "busy") {
       say("Checking again in a few seconds…");
       window.setTimeout(() => run(loadNext), BUSY_RETRY_MS);
     }
   }
 
-  function showNext(data) {
+  // The counters are read again every few images, and whenever the queue has nothing to give, so that
+  // "Images left for you" agrees with what the page says then.
+  async function showNext(data) {
     if (data.item) showItem(data.item);
     else showNothing(data.status);
+    if (!data.item || sinceStats >= STATS_EVERY) await refreshStats();
   }
 
   // Quality control paused the annotator here: say why; nothing more can be answered until an admin decides.
@@ -201,21 +210,38 @@
     say("");
   }
 
-  function showAfterAnswers(result) {
+  async function showAfterAnswers(result) {
     if (result.paused) showPaused(result.paused);
-    else showNext(result.next);
+    else await showNext(result.next);
   }
 
   async function loadNext() {
-    showNext(await call("POST", "/next"));
+    await showNext(await call("POST", "/next"));
+  }
+
+  function showImagesLeft() {
+    $("images-left").textContent = imagesLeft ?? "–";
   }
 
   async function refreshStats() {
     const stats = await call("GET", "/me");
     answeredToday = stats.answered_today;
+    imagesLeft = stats.images_left;
     sinceStats = 0;
     $("answered-today").textContent = answeredToday;
-    $("images-left").textContent = stats.images_left;
+    showImagesLeft();
+  }
+
+  function finishedOne() {
+    sinceStats += 1;
+    if (imagesLeft !== null) imagesLeft = Math.max(0, imagesLeft - 1);
+    showImagesLeft();
+  }
+
+  // What became of an image's answers: counted at once, or waiting for other annotators of the panel.
+  function fate(needed) {
+    if (needed === 0) return "It counts on the leaderboard now.";
+    return `${needed} more annotator${needed === 1 ? "" : "s"} needed before it counts on the leaderboard.`;
   }
 
   // Run one server step at a time; keys pressed meanwhile are ignored; errors are shown in words.
@@ -264,7 +290,8 @@
     try {
       const result = await sendAnswers(kept.answers);
       say(`Sent the ${kept.answers.length} answers kept from before you signed in again.`);
-      showAfterAnswers(result);
+      if (result.item_done) finishedOne();
+      await showAfterAnswers(result);
     } catch (error) {
       if (error.status === 401) throw error;
       sessionStorage.removeItem(pendingKey);
@@ -298,10 +325,9 @@
         }
         throw error;
       }
-      say(`Answered ${value ? "yes" : "no"}. Saved.`);
-      showAfterAnswers(result);
-      sinceStats += 1;
-      if (sinceStats >= STATS_EVERY) await refreshStats();
+      say(`Answered ${value ? "yes" : "no"}. Saved. ${fate(result.annotators_needed)}`);
+      if (result.item_done) finishedOne();
+      await showAfterAnswers(result);
     });
   }
 
@@ -330,7 +356,7 @@
     run(async () => {
       setEnabled(false);
       try {
-        showNext(await call("POST", "/skip", { item_id: item.item_id }));
+        await showNext(await call("POST", "/skip", { item_id: item.item_id }));
       } catch (error) {
         setEnabled(imageLoaded);
         throw error;
@@ -476,8 +502,8 @@
   });
 
   run(async () => {
+    await refreshStats();
     if (app.dataset.paused) showPaused(app.dataset.paused);
     else if (!(await sendKeptAnswers())) await loadNext();
-    await refreshStats();
   });
 })();

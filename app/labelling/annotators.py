@@ -10,7 +10,7 @@ or it would wait for the annotator's other requests to end.
 
 from collections.abc import Sequence
 
-from sqlalchemy import case, func, select, update
+from sqlalchemy import and_, case, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.competitions.models import Competition
@@ -193,10 +193,43 @@ def annotator_stats(
     return stats
 
 
-def images_left(*, db_session: Session, competition: LabellingCompetition) -> int:
-    """Images in the competition whose questions still need votes."""
-    return db_session.scalar(
-        select(func.count())
-        .select_from(LabelItem)
-        .where(LabelItem.competition_id == competition.id, LabelItem.needed > 0)
+def images_left(*, db_session: Session, user_id: int, competition_id: int | None = None) -> dict[int, int]:
+    """Per competition (or only competition_id): the images the annotator may still be given, as
+    queue.next_item hands them out: open ones (votes needed) they have not finished or flagged, those they
+    skipped included, and, where gold images are mixed in, images with a gold question they have not
+    answered, flagged or skipped. Competitions with none left are missing."""
+    mine = Assignment.__table__.alias("mine")
+
+    def my_status(*statuses: AssignmentStatus):
+        """Whether the annotator's assignment on the item has one of these statuses."""
+        return (
+            select(mine.c.item_id)
+            .where(mine.c.item_id == LabelItem.id, mine.c.user_id == user_id, mine.c.status.in_(statuses))
+            .exists()
+        )
+
+    unanswered_gold = (
+        select(Question.id)
+        .where(
+            Question.competition_id == LabelItem.competition_id,
+            Question.image_id == LabelItem.image_id,
+            Question.gold_answer.is_not(None),
+            ~select(Vote.question_id)
+            .where(Vote.question_id == Question.id, Vote.user_id == user_id)
+            .exists(),
+        )
+        .exists()
     )
+    gold_left = and_(Competition.gold_rate > 0, unanswered_gold, ~my_status(AssignmentStatus.skipped))
+    query = (
+        select(LabelItem.competition_id, func.count())
+        .join(Competition, Competition.id == LabelItem.competition_id)
+        .where(
+            ~my_status(AssignmentStatus.done, AssignmentStatus.flagged),
+            or_(LabelItem.needed > 0, gold_left),
+        )
+        .group_by(LabelItem.competition_id)
+    )
+    if competition_id is not None:
+        query = query.where(LabelItem.competition_id == competition_id)
+    return {competition: count for competition, count in db_session.execute(query)}

@@ -5,8 +5,9 @@ A strict majority of the panel decides a question and stops its asking (paper Se
 submit_answers is a hot path: its statements are app.labelling.statements, its writes sent together.
 """
 
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from sqlalchemy import select
@@ -20,6 +21,7 @@ from app.labelling.items import lock_item, set_assignment
 from app.labelling.models import Assignment, AssignmentStatus, DifficultyFlag, LabelItem
 from app.labelling.quality import check_answers
 from app.labelling.statements import (
+    GOLD_VOTE_COUNTS,
     IMAGE_QUESTIONS,
     INSERT_VOTE,
     LOCK_ITEMS_OF_QUESTIONS,
@@ -90,6 +92,7 @@ def submit_answers(
         and (question.gold_answer is not None or (question.outcome is None and not item.discarded))
         for question in questions.values()
     )
+    annotators_needed = _annotators_needed(db_session, competition, questions, item.discarded, gold_answers)
     with pipelined(db_session):
         if new_votes:
             INSERT_VOTE.write(db_session, new_votes)
@@ -104,7 +107,37 @@ def submit_answers(
         status = AssignmentStatus.done if item_done else AssignmentStatus.leased
         set_assignment(db_session, item.id, user.id, status, now)
     paused = check_answers(db_session, competition, user, now) if new_votes else None
-    return SubmitResult(len(new_votes), already_decided, item_done, paused)
+    return SubmitResult(len(new_votes), already_decided, item_done, paused, annotators_needed)
+
+
+def _annotators_needed(
+    db_session: Session,
+    competition: LabellingCompetition,
+    questions: dict[int, _Votes],
+    discarded: bool,
+    new_gold_answers: list[dict],
+) -> int:
+    """More annotators who must answer the image before its questions are decided (rules.annotators_to_decide,
+    the caller's new votes included). A gold question counts its answers as votes, as if it were regular,
+    so that the number never tells a gold image apart."""
+    if discarded:
+        return 0
+    gold = [q for q in questions.values() if q.gold_answer is not None]
+    if not gold:
+        return rules.annotators_to_decide(questions.values(), competition.panel_size)
+    counts = Counter(
+        {
+            (row[0], row[1]): row[2]
+            for row in db_session.execute(GOLD_VOTE_COUNTS, {"question_ids": [q.id for q in gold]})
+        }
+    )
+    counts.update((vote["question_id"], vote["answer"]) for vote in new_gold_answers)  # not stored yet
+    as_regular = {q.id: q for q in questions.values() if q.gold_answer is None}
+    for q in gold:
+        yes, no = counts[(q.id, True)], counts[(q.id, False)]
+        outcome = rules.outcome(yes, no, competition.panel_size)
+        as_regular[q.id] = replace(q, yes_votes=yes, no_votes=no, outcome=outcome, gold_answer=None)
+    return rules.annotators_to_decide(as_regular.values(), competition.panel_size)
 
 
 def _counts_row(question: _Votes) -> dict:

@@ -3,13 +3,17 @@ competition's guidelines."""
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
+from sqlalchemy.orm import Session
 
-from app.competitions.members import MEMBERS_ONLY, may_label
+from app.competitions.members import MEMBERS_ONLY, competitions_of, may_label
+from app.competitions.models import Competition
 from app.competitions.service import class_definitions
 from app.db.session import SessionDep
 from app.errors import Forbidden
+from app.labelling.annotators import images_left
 from app.labelling.quality import paused_message, paused_reason
 from app.users.auth import ANNOTATOR_ROLES, OptionalUser, page_user
+from app.users.models import User
 from app.web.dependencies import CompetitionDep
 from app.web.templating import render
 
@@ -18,9 +22,9 @@ router = APIRouter(include_in_schema=False)
 
 @router.get("/competitions/{competition_id}/label", response_class=HTMLResponse)
 def label_page(request: Request, db_session: SessionDep, user: OptionalUser, competition: CompetitionDep):
-    """The labelling page (or, when quality control paused the annotator here, why); signed-out visitors
-    are sent to sign in and come back here, and annotators who are not members of a members-only
-    competition are refused (403)."""
+    """The labelling page (or, when quality control paused the annotator here, why), with a way on to the
+    other competitions with work left for them; signed-out visitors are sent to sign in and come back here,
+    and annotators who are not members of a members-only competition are refused (403)."""
     annotator = page_user(request, user, *ANNOTATOR_ROLES)
     if isinstance(annotator, RedirectResponse):
         return annotator
@@ -28,7 +32,24 @@ def label_page(request: Request, db_session: SessionDep, user: OptionalUser, com
         raise Forbidden(MEMBERS_ONLY)
     reason = paused_reason(db_session=db_session, competition_id=competition.id, user_id=annotator.id)
     paused = None if reason is None else paused_message(reason)
-    return render(request, "label.html", user=annotator, competition=competition, paused=paused)
+    return render(
+        request,
+        "label.html",
+        user=annotator,
+        competition=competition,
+        paused=paused,
+        elsewhere=other_work(db_session, annotator, competition.id),
+    )
+
+
+def other_work(db_session: Session, annotator: User, competition_id: int) -> list[tuple[Competition, int]]:
+    """The other competitions the annotator may label in with images left for them, and how many."""
+    left = images_left(db_session=db_session, user_id=annotator.id)
+    return [
+        (competition, left[competition.id])
+        for competition in competitions_of(db_session=db_session, user=annotator)
+        if competition.id != competition_id and left.get(competition.id)
+    ]
 
 
 @router.get("/competitions/{competition_id}/guidelines", response_class=HTMLResponse)

@@ -145,6 +145,7 @@ async def submit_answers(body: AnswersCreate, db_session: SessionDep, call: Labe
             recorded=result.recorded,
             already_decided=result.already_decided,
             item_done=result.item_done,
+            annotators_needed=result.annotators_needed,
             next=_lease_next(db_session, call) if body.next and result.paused is None else None,
             paused=None if result.paused is None else quality.paused_message(result.paused),
         )
@@ -214,7 +215,8 @@ async def undo(db_session: SessionDep, call: LabellingCallDep) -> UndoRead:
 
 @router.get("/me", summary="My labelling progress", responses=error_responses(401, 403, 404, 422))
 async def my_stats(db_session: SessionDep, call: LabellingCallDep) -> MyStatsRead:
-    """Answers today (UTC) and in total, flags, and images left to label. Not the caller's accuracy on gold
+    """Answers today (UTC) and in total, flags, and the images left for the caller (0 once the queue says
+    `finished`). Not the caller's accuracy on gold
     questions: it would tell which images were gold (admins see it in …/annotators)."""
 
     def progress() -> MyStatsRead:
@@ -225,7 +227,9 @@ async def my_stats(db_session: SessionDep, call: LabellingCallDep) -> MyStatsRea
             answered_today=stats.answered_today,
             answered_total=stats.answered_total,
             flagged=stats.flagged,
-            images_left=images_left(db_session=db_session, competition=call.competition),
+            images_left=images_left(
+                db_session=db_session, user_id=call.labeller.id, competition_id=call.competition.id
+            ).get(call.competition.id, 0),
         )
 
     return await in_one_thread(db_session, progress)

@@ -108,6 +108,10 @@ class AnswersRead(BaseModel):
     recorded: int
     already_decided: list[int]
     item_done: bool = Field(description="True when the caller has nothing left to answer on this image.")
+    annotators_needed: int = Field(
+        description="More annotators who must answer this image before all its questions are decided (a "
+        "strict majority of the panel) and it counts on the leaderboard; 0 when it is decided or discarded."
+    )
     next: NextItemRead | None = Field(default=None, description="The next image, when asked for.")
     paused: str | None = Field(
         default=None,
@@ -156,7 +160,10 @@ class MyStatsRead(BaseModel):
     answered_today: int
     answered_total: int
     flagged: int
-    images_left: int = Field(description="Images of the competition whose questions still need votes.")
+    images_left: int = Field(
+        description="Images the caller may still be given: their questions need votes and the caller has not "
+        "finished or flagged them (those they skipped included); 0 when the queue is finished for them."
+    )
 
 
 class AnnotatorStatsRead(BaseModel):

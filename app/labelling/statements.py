@@ -384,6 +384,12 @@ IMAGE_QUESTIONS = HotStatement(
 )
 """Every question of an image with its counted votes and the annotator's own answer, if any (and how far
 they have undone, and their assignment's status on the item)."""
+GOLD_VOTE_COUNTS = (
+    select(_votes.c.question_id, _votes.c.answer, func.count())
+    .where(_votes.c.question_id.in_(bindparam("question_ids", expanding=True)))
+    .group_by(_votes.c.question_id, _votes.c.answer)
+)
+"""Yes and no answers stored on these (gold) questions, by question and answer."""
 UPDATE_COUNTS = HotStatement(
     update(_questions)
     .where(_questions.c.id == bindparam("question_id"))

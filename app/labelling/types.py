@@ -54,12 +54,14 @@ class NextItem:
 @dataclass(frozen=True)
 class SubmitResult:
     """What a submission stored: answers recorded, questions decided meanwhile, whether the item is done,
-    and why the annotator is now paused if these answers paused them."""
+    why the annotator is now paused if these answers paused them, and how many more annotators the image
+    waits for."""
 
     recorded: int
     already_decided: list[int]
     item_done: bool
     paused: str | None
+    annotators_needed: int
 
 
 @dataclass(frozen=True)

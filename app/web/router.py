@@ -11,10 +11,11 @@ from app.competitions.members import competitions_of
 from app.db.base import utcnow
 from app.db.session import DatabaseStepsDep, SessionDep
 from app.images.service import image_counts
+from app.labelling.annotators import images_left
 from app.security import new_csrf_token
 from app.users import rate_limit
 from app.users import service as users_service
-from app.users.auth import SESSION_GENERATION, OptionalUser, check_csrf, page_user
+from app.users.auth import ANNOTATOR_ROLES, SESSION_GENERATION, OptionalUser, check_csrf, page_user
 from app.users.models import Role
 from app.web.templating import render
 
@@ -23,18 +24,20 @@ router = APIRouter(include_in_schema=False)
 
 @router.get("/", response_class=HTMLResponse)
 def home(request: Request, db_session: SessionDep, user: OptionalUser):
-    """The competitions (an annotator sees those they may label in) and, when there are none yet, the commands
-    that set one up."""
+    """The competitions (an annotator sees those they may label in, with the images left for them) and, when
+    there are none yet, the commands that set one up."""
     if user is not None and user.role == Role.annotator:
         competitions = competitions_of(db_session=db_session, user=user)
     else:
         competitions = competitions_service.list_competitions(db_session=db_session)
+    labels = user is not None and user.role in ANNOTATOR_ROLES
     return render(
         request,
         "home.html",
         user=user,
         competitions=competitions,
         image_counts=image_counts(db_session=db_session),
+        images_left=images_left(db_session=db_session, user_id=user.id) if labels else None,
     )
 
 

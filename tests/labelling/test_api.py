@@ -45,12 +45,13 @@ def test_an_annotator_labels_through_the_api(client, labelling, annotator_header
         "recorded": 2,
         "already_decided": [],
         "item_done": True,
+        "annotators_needed": 2,  # a panel of 5: 3 must agree, and each question has one vote
         "next": None,
         "paused": None,
     }
 
     stats = client.get(f"{labelling}/me", headers=annotator_headers).json()
-    assert (stats["answered_today"], stats["answered_total"], stats["images_left"]) == (2, 2, 6)
+    assert (stats["answered_today"], stats["answered_total"], stats["images_left"]) == (2, 2, 5)
     assert not any(key.startswith("gold") for key in stats)  # annotators never see their gold score
 
     undone = client.post(f"{labelling}/undo", headers=annotator_headers).json()
@@ -62,6 +63,47 @@ def test_an_annotator_labels_through_the_api(client, labelling, annotator_header
     assert flagged.status_code == 200 and flagged.json() == {"discarded": False}
     following = client.post(f"{labelling}/next", headers=annotator_headers).json()
     assert following["item"]["item_id"] != item["item_id"]
+
+
+def test_images_left_counts_down_to_finished_and_answers_say_who_else_is_needed(
+    client, db_session, competition, annotator_headers
+):
+    competition.k = 2
+    competition.panel_size = 3
+    labelling_competition(db_session, competition, classifiers=3, images_per_pair=3)  # 6 images to label
+    labelling = f"/api/v1/competitions/{competition.id}/labelling"
+    second = bearer(db_session, make_user(db_session, "second", Role.annotator))
+
+    def images_left(headers) -> int:
+        return client.get(f"{labelling}/me", headers=headers).json()["images_left"]
+
+    def label_all(headers) -> list[int]:
+        """Answer "yes" to everything (skipping the first image once); each answer's annotators_needed."""
+        needed, skipped = [], False
+        following = client.post(f"{labelling}/next", headers=headers).json()
+        while following["status"] != "finished":
+            left = images_left(headers)
+            item = following["item"]
+            if not skipped:
+                skipped = True
+                skip = {"item_id": item["item_id"]}
+                following = client.post(f"{labelling}/skip", json=skip, headers=headers).json()
+                assert images_left(headers) == left, "a skipped image is still left for its annotator"
+                continue
+            answers = [{"question_id": q["question_id"], "answer": True} for q in item["questions"]]
+            body = client.post(
+                f"{labelling}/answers", json={"answers": answers, "next": True}, headers=headers
+            )
+            needed.append(body.json()["annotators_needed"])
+            following = body.json()["next"]
+            assert images_left(headers) == left - 1
+        assert images_left(headers) == 0, "an annotator with nothing left is told 0 images are left"
+        return needed
+
+    assert images_left(annotator_headers) == 6
+    assert label_all(annotator_headers) == [1] * 6  # a panel of 3: one more "yes" decides each question
+    assert images_left(second) == 6, "the first annotator's images are still left for the second"
+    assert label_all(second) == [0] * 6
 
 
 def test_no_response_names_a_classifier(client, db_session, labelling, annotator_headers):

@@ -74,16 +74,18 @@ def test_me_does_not_tell_gold_images_apart_and_undo_does_not_repair_a_gold_scor
     right = {competition.class_names[gold["class_index"]]: gold["answer"] for gold in GOLD_ANSWERS}
     changes: dict[bool, set[tuple]] = {True: set(), False: set()}
     undo_views: dict[bool, set[tuple]] = {True: set(), False: set()}
+    still_needed: dict[bool, set[int]] = {True: set(), False: set()}
     shown = 0
     while (following := post("next"))["status"] == "item":
         item = following["item"]
         is_gold = item["image_url"].removeprefix("/images/") in gold_hashes
         shown += 1
         before = me()
-        post(
+        answered = post(
             "answers",
             {"answers": [{"question_id": q["question_id"], "answer": False} for q in item["questions"]]},
         )
+        still_needed[is_gold].add(answered["annotators_needed"])
         after = me()
         changes[is_gold].add(tuple(sorted((key, after[key] != before[key]) for key in after)))
 
@@ -101,6 +103,7 @@ def test_me_does_not_tell_gold_images_apart_and_undo_does_not_repair_a_gold_scor
 
     assert shown == 6 + GOLD_IMAGES
     assert changes[True] and changes[True] == changes[False], "…/me changes alike after gold and other images"
+    assert still_needed[True] == still_needed[False] == {2}, "an answer's annotators_needed is alike too"
     assert not any(key.startswith("gold") for key in me()), "annotators do not see their gold score"
     assert undo_views[True] == undo_views[False] == {(("answer", True, 1), ("answer", True, 2))}
 

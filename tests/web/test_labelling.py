@@ -28,10 +28,12 @@ from app.labelling.models import Assignment, AssignmentStatus, LabelItem, Questi
 from app.users import service as users_service
 from app.users.models import Role, User
 from tests.conftest import TEST_PASSWORD
-from tests.labelling.factories import labelling_competition
+from tests.labelling.factories import add_classifiers, add_images, labelling_competition, store_pair
+from tests.support.axe import axe_violations
 from tests.support.browser import PAGE_TIMEOUT_S, LiveServer, serving, sign_in
 from tests.web.conftest import LAPTOP, PHONE, use_screen
 
+SIDEWAYS = "return document.documentElement.scrollWidth - document.documentElement.clientWidth"
 DIGITS_FILE = Path(__file__).resolve().parents[2] / "app" / "demo" / "digits_taxonomy.yaml"
 
 
@@ -248,3 +250,92 @@ def test_a_definition_is_one_key_away_and_skipping_hands_the_image_back(labellin
             .where(User.username == "reader")
         ).all()
     assert (skipped, AssignmentStatus.skipped) in statuses
+
+
+def answer_image(driver) -> str:
+    """Answer "yes" to every question of the image on screen; its hash, once the page has moved on."""
+    image = shown(driver)
+    asked, total = map(
+        int, re.fullmatch(r"Question (\d+) of (\d+)", text_of(driver, "question-count")).groups()
+    )
+    for number in range(asked, total + 1):
+        press(driver, "y")
+        if number < total:
+            wait_for_text(driver, "question-count", f"Question {number + 1} of {total}")
+    WebDriverWait(driver, PAGE_TIMEOUT_S).until(
+        lambda d: (
+            d.find_element(By.ID, "figure").get_attribute("hidden") is not None
+            or (d.find_element(By.ID, "label-image").get_attribute("src") or "").rsplit("/", 1)[-1] != image
+        )
+    )
+    return image
+
+
+def text_of(driver, element_id: str) -> str:
+    return driver.find_element(By.ID, element_id).text
+
+
+def one_pair_competition(labelling: Labelling, name: str, panel_size: int, seed: int) -> int:
+    """A competition of its own on the server: one pair, two images selected (one in reserve); its id."""
+    with labelling.server.sessions() as db_session:
+        spec = CompetitionCreate(name=name, k=2, panel_size=panel_size)
+        competition = create_competition(db_session=db_session, spec=spec)
+        store = ImageStore(labelling.server.settings.blob_store)
+        image_ids = add_images(db_session, competition, 3, store, seed=seed)
+        pair = tuple(add_classifiers(db_session, competition, 2))
+        store_pair(db_session, competition, pair, image_ids, first_label=0)
+        db_session.commit()
+        return competition.id
+
+
+def test_an_empty_queue_says_so_once_counts_zero_and_leads_on(labelling, driver):
+    solo = one_pair_competition(labelling, "solo", panel_size=3, seed=80_000)
+    one_pair_competition(labelling, "elsewhere", panel_size=5, seed=90_000)
+    use_screen(driver, LAPTOP)
+    with labelling.server.sessions() as db_session:
+        users_service.create_user(
+            db_session=db_session, username="finisher", role=Role.annotator, password=TEST_PASSWORD
+        )
+        db_session.commit()
+    driver.delete_all_cookies()
+    sign_in(driver, labelling.server.url, "finisher", next_path=f"/competitions/{solo}/label")
+    assert "2 of 3 annotators agree" in text_of(driver, "panel-rule")
+    WebDriverWait(driver, PAGE_TIMEOUT_S).until(lambda d: text_of(d, "images-left").isdigit())
+    left = int(text_of(driver, "images-left"))
+    assert left == 2
+    for labelled in range(1, left + 1):  # the counter follows every image, not every tenth
+        answer_image(driver)
+        assert "1 more annotator needed before it counts on the leaderboard." in text_of(driver, "status")
+        wait_for_text(driver, "images-left", str(left - labelled))
+
+    wait_for_text(driver, "question", "Nothing is left for you to label here")
+    assert text_of(driver, "images-left") == "0", "the empty queue and its counter agree"
+    visible_disabled = [
+        b.get_attribute("id")
+        for b in driver.find_elements(By.CSS_SELECTOR, "button:disabled")
+        if b.is_displayed()
+    ]
+    assert visible_disabled == [], "no dead buttons are left on screen"
+    assert not driver.find_element(By.ID, "answer-yes").is_displayed()
+    assert driver.find_element(By.ID, "undo").is_displayed()  # the last answers can still be taken back
+    onward = driver.find_element(By.LINK_TEXT, "Label elsewhere")
+    assert "(2 images left for you)" in driver.find_element(By.ID, "label-done").text
+    for screen in (LAPTOP, PHONE):
+        use_screen(driver, screen)
+        assert axe_violations(driver) == [], screen
+        assert driver.execute_script(SIDEWAYS) <= 0, screen
+
+    use_screen(driver, LAPTOP)
+    onward.click()
+    shown(driver)  # the other competition's first image
+    assert "3 of 5 annotators agree" in text_of(driver, "panel-rule")
+    driver.get(labelling.server.url + "/")
+    cards = {
+        card.find_element(By.TAG_NAME, "h3").text: card.text
+        for card in driver.find_elements(By.CSS_SELECTOR, ".card")
+    }
+    assert "Nothing left for you to label" in cards["solo"]
+    assert "2 images left for you to label" in cards["elsewhere"]
+    for screen in (LAPTOP, PHONE):
+        use_screen(driver, screen)
+        assert axe_violations(driver) == [], screen
