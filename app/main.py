@@ -32,6 +32,8 @@ from app.users.router import router as users_router
 from app.web.body_guard import BodyGuard, BodyLimits
 from app.web.error_pages import install_error_pages
 from app.web.errors import install_error_handlers
+from app.web.metrics import RequestMetrics
+from app.web.metrics import router as metrics_router
 from app.web.public_reads import PublicReads
 from app.web.router import router as web_router
 from app.web.security_headers import SecurityHeaders
@@ -122,6 +124,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         https_only=settings.env == "production",
     )
     app.add_middleware(SecurityHeaders)
+    app.add_middleware(RequestMetrics)
     install_error_handlers(app)
     install_error_pages(app)
     app.include_router(users_router)
@@ -132,6 +135,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(labelling_pages_router)
     app.include_router(classifiers_router)
     app.include_router(jobs_router)
+    app.include_router(metrics_router)
     app.include_router(leaderboard_router)
     app.include_router(leaderboard_pages_router)
     app.include_router(admin_pages_router)

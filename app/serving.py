@@ -7,6 +7,8 @@ MAD_MAX_CONNECTIONS connections per process (uvicorn answers 503 beyond).
 """
 
 import asyncio
+import os
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -68,7 +70,8 @@ def serve(settings: Settings, *, host: str, port: int, workers: int) -> None:
         "app.main:create_app", settings, factory=True, host=host, port=port, workers=workers
     )
     try:
-        if workers > 1:
+        if workers > 1:  # the processes' metrics in files that any of them reads (app/web/metrics.py)
+            os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="mad-metrics-"))
             Multiprocess(config, sockets=[config.bind_socket()]).run()
         else:
             uvicorn.Server(config).run()

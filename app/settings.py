@@ -82,6 +82,10 @@ class Settings(BaseSettings):
         description="Failed sign-ins allowed per address, whatever the usernames, per window.",
     )
     login_window_s: int = Field(default=300, ge=1, description="Window of login_max_failures, seconds.")
+    metrics_token: str = Field(
+        default="",
+        description="Bearer token that reads /metrics (Prometheus); empty: /metrics is off (404).",
+    )
     session_max_age_s: int = Field(default=14 * 24 * 3600, gt=0, description="Login cookie lifetime.")
 
     @model_validator(mode="after")

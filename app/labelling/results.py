@@ -9,7 +9,7 @@ from collections.abc import Collection
 from types import SimpleNamespace
 
 import numpy as np
-from sqlalchemy import Exists, Select, and_, exists, select
+from sqlalchemy import Exists, Select, and_, exists, func, select
 from sqlalchemy.orm import Session, aliased
 
 from app.competitions.models import Competition
@@ -132,3 +132,13 @@ def _vote_counts(yes_votes, no_votes, outcome, gold_answer) -> SimpleNamespace:
     return SimpleNamespace(
         yes_votes=yes_votes or 0, no_votes=no_votes or 0, outcome=outcome, gold_answer=gold_answer
     )
+
+
+def open_question_counts(*, db_session: Session) -> dict[int, int]:
+    """Questions without an outcome, per competition id (index ix_questions_open)."""
+    rows = db_session.execute(
+        select(Question.competition_id, func.count())
+        .where(Question.outcome.is_(None))
+        .group_by(Question.competition_id)
+    )
+    return {competition_id: count for competition_id, count in rows}

@@ -49,6 +49,7 @@ from app.users.auth import (
 )
 from app.web.dependencies import CompetitionDep
 from app.web.errors import error_responses
+from app.web.metrics import VOTES
 
 router = APIRouter(prefix="/api/v1/competitions/{competition_id}/labelling", tags=["labelling"])
 
@@ -150,7 +151,9 @@ async def submit_answers(body: AnswersCreate, db_session: SessionDep, call: Labe
             paused=None if result.paused is None else quality.paused_message(result.paused),
         )
 
-    return await in_one_thread(db_session, answer)
+    stored = await in_one_thread(db_session, answer)
+    VOTES.inc(stored.recorded)
+    return stored
 
 
 @router.post(

@@ -27,12 +27,15 @@ from tests.reliability.world import World
 from tests.support.routes import endpoints
 
 PUBLIC, ACCOUNT, ANNOTATOR, WORKER, ADMIN, FORM = "public", "account", "annotator", "worker", "admin", "form"
+METRICS = "metrics"
 """public: anyone; account: any signed-in user; annotator / worker: that role or an admin; admin: admins
-only; form: a sign-in form post, open to anyone holding the page's CSRF token."""
+only; form: a sign-in form post, open to anyone holding the page's CSRF token; metrics: the bearer of
+MAD_METRICS_TOKEN only, no account (off, 404, without one)."""
 
 ROUTES = {
     ("GET", "/"): PUBLIC,
     ("GET", "/healthz"): PUBLIC,
+    ("GET", "/metrics"): METRICS,
     ("GET", "/docs"): PUBLIC,
     ("GET", "/redoc"): PUBLIC,
     ("GET", "/favicon.ico"): PUBLIC,
@@ -122,6 +125,7 @@ ADMITTED = {
     WORKER: {"worker", "admin"},
     ADMIN: {"admin"},
     FORM: set(),
+    METRICS: set(),
 }
 SIGN_IN_PAGES = {
     "/account",
@@ -179,6 +183,8 @@ def test_every_route_refuses_the_roles_it_does_not_admit(world_app, world):
                 status, where = response.status_code, (method, path, role, response.text[:300])
                 if kind == FORM:
                     assert status == 403 and "CSRF" in response.json()["detail"], where
+                elif kind == METRICS:
+                    assert status in (401, 404), where
                 elif role in ADMITTED[kind]:
                     assert status not in (401, 403), where
                 elif role == "anonymous":
