@@ -16,10 +16,12 @@ import tarfile
 import urllib.parse
 from collections.abc import Sequence
 
+import numpy as np
+
 from app.jobs.schemas import ImageRef
 from app.storage import BlobStore, open_blob_store
 from app.storage.keys import image_key
-from workers.client import raise_for_error
+from workers.client import ServiceError, raise_for_error
 
 ARCHIVE_TIMEOUT_S = 300.0
 BLOCK = tarfile.BLOCKSIZE
@@ -82,7 +84,7 @@ class ShardArchiveReader:
         return archive_members(body, [str(ordinal) for ordinal in ordinals])
 
 
-def read_body(url: str, token: str) -> bytearray | bytes:
+def read_body(url: str, token: str) -> memoryview | bytes:
     """The body of an authorised GET on a connection of its own, read straight into a buffer of its
     Content-Length (http.client: no copy between the socket and the buffer, unlike httpx's parser; and no
     proxy from the environment). LeaseLost, ServiceError or ServiceUnavailable when it is refused."""
@@ -97,14 +99,15 @@ def read_body(url: str, token: str) -> bytearray | bytes:
         length = response.getheader("Content-Length")
         if length is None:  # re-chunked on the way (a proxy)
             return response.read()
-        body = bytearray(int(length))
-        response.readinto(body)  # IncompleteRead if the stream ends early
+        body = memoryview(np.empty(int(length), dtype=np.uint8))  # not zeroed: filled whole or refused
+        if (read := response.readinto(body)) != len(body):  # the service gave up (say, a blob is gone)
+            raise ServiceError(f"GET {parts.path}: the body ended after {read:,} of {len(body):,} bytes")
         return body
     finally:
         connection.close()
 
 
-def archive_members(body: bytearray | bytes, names: list[str]) -> list[memoryview]:
+def archive_members(body: memoryview | bytes, names: list[str]) -> list[memoryview]:
     """The contents of an archive's members, which must be regular files named `<name>.<ext>` in this order
     (ustar: a 512-byte header whose size is octal at 124..136, the bytes, zero padding to 512)."""
     view, offset, contents = memoryview(body), 0, []

@@ -10,11 +10,14 @@ buffer that the blobs are read straight into (`BlobStore.read_many_into`) and th
 import tarfile
 from collections.abc import Iterator
 
+import numpy as np
+
 from app.storage import BlobStore
 from app.storage.keys import IMAGE_EXTENSIONS, image_key
 
 PIECE_BYTES = 4 * 1024 * 1024
 BLOCK = tarfile.BLOCKSIZE
+ZEROS = bytes(BLOCK)
 USTAR_TEMPLATE = bytearray(tarfile.TarInfo("").tobuf(format=tarfile.USTAR_FORMAT))
 """A plain file's ustar header (mode 0644, owner 0, mtime 0) whose name, size and checksum are filled in."""
 USTAR_TEMPLATE[124:136] = bytes(12)
@@ -68,12 +71,16 @@ def _pieces(images: list[ArchiveImage]) -> Iterator[list[ArchiveImage]]:
 def shard_archive(blobs: BlobStore, images: list[ArchiveImage]) -> Iterator[memoryview]:
     """The tar stream of the images, archive_bytes(images) long, a piece at a time."""
     for piece in _pieces(images):
-        buffer = memoryview(bytearray(sum(member_bytes(size) for *_, size in piece)))  # zeros: the padding
+        # uninitialised (numpy.empty), as every byte is written below: zeroing 4 MB first costs about as
+        # much as reading the files into it
+        buffer = memoryview(np.empty(sum(member_bytes(size) for *_, size in piece), dtype=np.uint8))
         views, offset = [], 0
         for ordinal, _, image_format, size in piece:
             buffer[offset : offset + BLOCK] = ustar_header(member_name(ordinal, image_format), size)
             views.append(buffer[offset + BLOCK : offset + BLOCK + size])
             offset += member_bytes(size)
+            padding = -size % BLOCK
+            buffer[offset - padding : offset] = ZEROS[:padding]
         blobs.read_many_into([image_key(sha256, image_format) for _, sha256, image_format, _ in piece], views)
         yield buffer
-    yield memoryview(bytes(2 * BLOCK))
+    yield memoryview(ZEROS + ZEROS)

@@ -23,7 +23,7 @@ from app.storage import LocalBlobStore
 from app.storage.keys import image_key
 from tests.conftest import TEST_SECRET_KEY
 from tests.jobs.conftest import serving, set_up_competition
-from workers.client import LeaseLost, ServiceClient
+from workers.client import LeaseLost, ServiceClient, ServiceError
 from workers.image_readers import ShardArchiveReader, StoreReader, archive_members, choose_reader
 
 N_IMAGES = 120
@@ -61,6 +61,13 @@ def test_a_shard_archive_is_a_plain_tar_of_its_length_and_damage_is_refused(tmp_
         images.append((ordinal, sha256, "jpeg", len(data)))
     body = b"".join(shard_archive(store, images))
     assert len(body) == archive_bytes(images)
+    reference = io.BytesIO()  # tarfile's own writing, which pads the end to a whole 10 KiB record
+    with tarfile.open(fileobj=reference, mode="w", format=tarfile.USTAR_FORMAT) as archive:
+        for ordinal, data in enumerate(contents, start=5):
+            member = tarfile.TarInfo(f"{ordinal}.jpg")
+            member.size, member.mode = len(data), 0o644
+            archive.addfile(member, io.BytesIO(data))
+    assert reference.getvalue().rstrip(b"\0") == body.rstrip(b"\0")  # padding included: no stray bytes
     with tarfile.open(fileobj=io.BytesIO(body)) as archive:
         assert [(m.name, archive.extractfile(m).read()) for m in archive] == [
             (f"{ordinal}.jpg", data) for ordinal, data in enumerate(contents, start=5)
@@ -117,6 +124,11 @@ def test_a_shard_archive_holds_its_images_in_order_for_the_lease_holder_only(liv
         job.lease_token,
     )
     assert isinstance(elsewhere, ShardArchiveReader)
+
+    lost = task.images[3]  # a blob gone from the store: the archive stops there, and the worker says so
+    live_service.settings.blob_store.delete([image_key(lost.sha256, lost.format)])
+    with pytest.raises(ServiceError, match="the body ended after 0 of"):
+        archives.many(ordinals[:10])
 
 
 def test_s3_a_remote_worker_that_cannot_reach_the_store_predicts_through_shard_archives(
