@@ -4,7 +4,7 @@ from app.classifiers.models import Classifier
 from app.competitions.models import Competition, CompetitionMember, CompetitionVersion
 from app.db.base import Base
 from app.images.models import CompetitionImage, Image
-from app.jobs.models import Job
+from app.jobs.models import Job, WorkerSighting
 from app.labelling.models import (
     Assignment,
     DifficultyFlag,
@@ -41,4 +41,5 @@ __all__ = [
     "UndoDepth",
     "User",
     "Vote",
+    "WorkerSighting",
 ]

@@ -261,6 +261,11 @@ async function refreshProgress(section) {
   section.querySelector("[data-field=images]").textContent = progress.images;
   section.querySelector("[data-field=jobs]").textContent =
     Object.entries(progress.jobs_by_status).map(([name, count]) => `${count} ${name}`).join(", ") || "none";
+  section.querySelector("[data-field=workers]").textContent =
+    progress.workers.map((w) => `${w.worker} seen ${w.seen_ago} ago`).join(", ") || "none seen yet";
+  const warning = section.querySelector("[data-field=worker-warning]");
+  warning.textContent = progress.worker_warning || "";
+  warning.hidden = !progress.worker_warning;
   section.querySelector("#progress-rows").replaceChildren(...progress.classifiers.map((c) => cells(
     document.createElement("tr"),
     [c.name, c.status, `${c.images_predicted} / ${c.images_total}`, c.error || ""],

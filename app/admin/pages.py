@@ -14,9 +14,11 @@ from app.classifiers.service import list_classifiers
 from app.competitions import service as competitions_service
 from app.competitions.members import list_members
 from app.core.taxonomy_sources import BUILTIN_TAXONOMIES
+from app.db.base import utcnow
 from app.db.session import SessionDep
 from app.images.models import CompetitionImage, Image
 from app.images.service import image_counts
+from app.jobs import workers
 from app.jobs.service import competition_progress
 from app.labelling.annotators import annotator_stats
 from app.labelling.gold import gold_questions
@@ -39,10 +41,17 @@ RECENT_IMAGES_SHOWN = 20
 
 @router.get("/admin", response_class=HTMLResponse)
 def admin_home(request: Request, db_session: SessionDep, user: OptionalUser):
-    """Competitions (and a form to create one), accounts (create, pause, exclude votes) and invitations."""
+    """Competitions (and a form to create one), accounts (create, pause, exclude votes), invitations, and a
+    warning when no worker has been seen for a job lease."""
     admin = page_user(request, user, *ADMIN_ROLES)
     if isinstance(admin, RedirectResponse):
         return admin
+    presence = workers.presence(
+        db_session=db_session,
+        now=utcnow(),
+        lost_after_s=request.app.state.settings.job_lease_s,
+        jobs_waiting=workers.queued_count(db_session=db_session),
+    )
     return render(
         request,
         "admin.html",
@@ -56,6 +65,7 @@ def admin_home(request: Request, db_session: SessionDep, user: OptionalUser):
         ],
         roles=[role.value for role in Role],
         taxonomies=[*BUILTIN_TAXONOMIES, "wordnet", "custom"],
+        worker_warning=presence.warning,
     )
 
 
@@ -95,7 +105,11 @@ def admin_competition(
         ],
         user=admin,
         competition=competition,
-        progress=competition_progress(db_session=db_session, competition_id=competition.id),
+        progress=competition_progress(
+            db_session=db_session,
+            competition_id=competition.id,
+            lost_after_s=request.app.state.settings.job_lease_s,
+        ),
         classifiers=list_classifiers(db_session=db_session, competition_id=competition.id),
         sources=[source.value for source in ClassifierSource],
         board=compute_leaderboard(db_session=db_session, competition=competition),

@@ -98,10 +98,14 @@ def worker(
 def jobs(
     competition: str = typer.Option(..., "--competition", "-c", help="Competition to report on."),
 ) -> None:
-    """Progress of a competition: images predicted per classifier, pairs selected, jobs by status, errors."""
-    with database_session(load_settings()) as session:
+    """Progress of a competition: images predicted per classifier, pairs selected, jobs by status, errors,
+    and the workers seen lately (with a warning when none has been seen for a job lease)."""
+    settings = load_settings()
+    with database_session(settings) as session:
         target = get_competition_by_name(db_session=session, name=competition)
-        progress = jobs_service.competition_progress(db_session=session, competition_id=target.id)
+        progress = jobs_service.competition_progress(
+            db_session=session, competition_id=target.id, lost_after_s=settings.job_lease_s
+        )
         failed = jobs_service.list_jobs(
             db_session=session, competition_id=target.id, status=JobStatus.failed, limit=20
         )
@@ -118,3 +122,7 @@ def jobs(
     )
     for key, error in failures:
         console.print(f"failed {key}: {error}", markup=False, highlight=False, style="red")
+    seen = ", ".join(f"{w['worker']} {w['seen_ago']} ago" for w in progress["workers"]) or "none yet"
+    console.print(f"Workers last seen: {seen}", markup=False, highlight=False)
+    if progress["worker_warning"]:
+        console.print(progress["worker_warning"], markup=False, highlight=False, style="yellow")

@@ -36,3 +36,13 @@ class Job(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
+
+
+class WorkerSighting(Base):
+    """When a worker last asked for work or sent a heartbeat, by the name it gives (admin pages and `mad
+    jobs` say when none has been seen for a while)."""
+
+    __tablename__ = "worker_sightings"
+
+    worker: Mapped[str] = mapped_column(String(200), primary_key=True)
+    last_seen_at: Mapped[datetime]

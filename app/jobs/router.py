@@ -263,9 +263,12 @@ def list_jobs(
     responses=error_responses(401, 403, 404, 422),
 )
 def competition_progress(
-    db_session: SessionDep, _admin: AdminUser, competition: CompetitionDep
+    db_session: SessionDep, settings: SettingsDep, _admin: AdminUser, competition: CompetitionDep
 ) -> CompetitionProgress:
-    """Images predicted per classifier, pairs selected of all pairs, jobs by status."""
+    """Images predicted per classifier, pairs selected of all pairs, jobs by status, and the workers seen
+    lately, with a warning when none has been seen for a job lease."""
     return CompetitionProgress(
-        **service.competition_progress(db_session=db_session, competition_id=competition.id)
+        **service.competition_progress(
+            db_session=db_session, competition_id=competition.id, lost_after_s=settings.job_lease_s
+        )
     )

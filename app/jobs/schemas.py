@@ -176,8 +176,16 @@ class ClassifierProgress(BaseModel):
     error: str | None
 
 
+class WorkerSeen(BaseModel):
+    """A worker by the name it gives, and when it last asked for work or sent a heartbeat."""
+
+    worker: str
+    last_seen_at: datetime
+    seen_ago: str = Field(examples=["12 s", "4 min"], description="How long ago, roughly.")
+
+
 class CompetitionProgress(BaseModel):
-    """Predictions per classifier, pairs selected, and jobs by status."""
+    """Predictions per classifier, pairs selected, jobs by status, and the workers seen lately."""
 
     competition_id: int
     images: int
@@ -185,3 +193,8 @@ class CompetitionProgress(BaseModel):
     pairs_selected: int
     pairs_total: int
     jobs_by_status: dict[str, int]
+    workers: list[WorkerSeen] = Field(description="The workers seen most recently first (at most 10).")
+    worker_warning: str | None = Field(
+        description="Set when no worker has been seen for a job lease (MAD_JOB_LEASE_S): since when, and how "
+        "many of the competition's jobs wait."
+    )

@@ -28,6 +28,7 @@ from app.db.base import utcnow
 from app.errors import Conflict, InvalidInput, NotFound, storage_errors
 from app.images.models import CompetitionImage, Image
 from app.images.service import competition_image_count
+from app.jobs import workers
 from app.jobs.enums import JobKind, JobStatus
 from app.jobs.models import Job
 from app.labelling.subsets import store_pair_subset
@@ -135,7 +136,15 @@ def _claimable(now):
 
 
 def claim(*, db_session: Session, worker: str, lease_seconds: int) -> list[Job]:
-    """Lease the oldest claimable job; a predict job comes with same-shard ones (one decoded batch)."""
+    """Lease the oldest claimable job; a predict job comes with same-shard ones (one decoded batch). The
+    worker is seen, after the jobs are locked (as heartbeats lock jobs, then sightings)."""
+    jobs = _lease_claimable(db_session=db_session, worker=worker, lease_seconds=lease_seconds)
+    workers.seen(db_session=db_session, workers=[worker], now=utcnow())
+    return jobs
+
+
+def _lease_claimable(*, db_session: Session, worker: str, lease_seconds: int) -> list[Job]:
+    """Lease the oldest claimable job with its same-shard ones; [] when none."""
     now = utcnow()
     while True:
         first = db_session.scalar(
@@ -208,17 +217,20 @@ def unfinished_count(*, db_session: Session) -> int:
 def heartbeat(
     *, db_session: Session, leases: list[tuple[int, str, int]], lease_seconds: int
 ) -> dict[int, bool]:
-    """Extend each (job id, lease token, progress) lease still held; False for a lease that was lost."""
+    """Extend each (job id, lease token, progress) lease still held, its holder seen; False for a lease that
+    was lost."""
     now = utcnow()
-    held = {}
+    held, owners = {}, set()
     for job_id, lease_token, progress_done in leases:
         job = db_session.scalar(select(Job).where(Job.id == job_id).with_for_update())
         still_held = job is not None and job.status == JobStatus.running and job.lease_token == lease_token
         if still_held:
+            owners.add(job.lease_owner)
             job.lease_expires_at = now + timedelta(seconds=lease_seconds)
             job.heartbeat_at = now
             job.progress_done = min(max(progress_done, 0), job.progress_total)
         held[job_id] = still_held
+    workers.seen(db_session=db_session, workers=owners, now=now)
     db_session.flush()
     return held
 
@@ -438,8 +450,9 @@ def excluded_ordinals(*, db_session: Session, competition_id: int) -> list[int]:
     )
 
 
-def competition_progress(*, db_session: Session, competition_id: int) -> dict:
-    """Images predicted per classifier, pairs selected out of all pairs, and jobs by status."""
+def competition_progress(*, db_session: Session, competition_id: int, lost_after_s: int) -> dict:
+    """Images predicted per classifier, pairs selected out of all pairs, jobs by status, and the workers
+    seen lately (a warning when none was within lost_after_s)."""
     n_images = competition_image_count(db_session=db_session, competition_id=competition_id)
     predicted = dict(
         db_session.execute(
@@ -485,4 +498,7 @@ def competition_progress(*, db_session: Session, competition_id: int) -> dict:
         "pairs_selected": pairs_selected,
         "pairs_total": len(active) * (len(active) - 1) // 2,
         "jobs_by_status": {status.value: count for status, count in by_status.items()},
+        **workers.about(
+            db_session=db_session, lost_after_s=lost_after_s, jobs_waiting=by_status.get(JobStatus.queued, 0)
+        ),
     }

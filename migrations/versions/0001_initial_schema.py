@@ -391,6 +391,12 @@ def upgrade() -> None:
     op.create_index("ix_jobs_competition_id", "jobs", ["competition_id"])
     op.create_index("ix_jobs_status_lease", "jobs", ["status", "lease_expires_at"])
     op.create_table(
+        "worker_sightings",
+        sa.Column("worker", sa.String(length=200), nullable=False),
+        sa.Column("last_seen_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("worker", name=op.f("pk_worker_sightings")),
+    )
+    op.create_table(
         "pair_subsets",
         sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("competition_id", sa.Integer(), nullable=False),
@@ -637,6 +643,7 @@ def downgrade() -> None:
     op.drop_table("gold_answers")
     op.drop_table("votes")
     op.drop_table("pair_subsets")
+    op.drop_table("worker_sightings")
     op.drop_table("jobs")
     op.drop_table("questions")
     op.drop_table("quality_flags")

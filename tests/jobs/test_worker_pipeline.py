@@ -142,6 +142,8 @@ def test_mad_worker_alone_predicts_and_selects_every_pair(live_settings, live_se
         }
 
     progress = admin.get(f"/api/v1/competitions/{competition_id}/progress").json()
+    (seen,) = progress.pop("workers")  # the worker, by its default name host:pid, seen just now
+    assert re.fullmatch(r".+:\d+", seen["worker"]) and progress.pop("worker_warning") is None
     assert progress == {
         "competition_id": competition_id,
         "images": N_IMAGES,
@@ -168,6 +170,7 @@ def test_mad_worker_alone_predicts_and_selects_every_pair(live_settings, live_se
         ]
     assert "Pairs selected: 3/3" in report.output
     assert f"Jobs: {3 * N_IMAGES // SHARD + 3} done" in report.output
+    assert f"Workers last seen: {seen['worker']} " in report.output
 
 
 def test_a_classifier_added_later_gets_only_its_new_pairs_algorithm_2(
