@@ -376,6 +376,18 @@ def competition_image_count(*, db_session: Session, competition_id: int) -> int:
     )
 
 
+def image_id_in_competition(*, db_session: Session, competition: Competition, sha256: str) -> int:
+    """The id of the competition's image with this hash, or NotFound."""
+    image_id = db_session.scalar(
+        select(Image.id)
+        .join(CompetitionImage, CompetitionImage.image_id == Image.id)
+        .where(Image.sha256 == sha256, CompetitionImage.competition_id == competition.id)
+    )
+    if image_id is None:
+        raise NotFound(f"no image {sha256} in this competition")
+    return image_id
+
+
 def exclude_image(
     *, db_session: Session, competition: Competition, sha256: str, reason: str
 ) -> tuple[Image, CompetitionImage]:

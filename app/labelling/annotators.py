@@ -127,7 +127,7 @@ def redecide(*, db_session: Session, competition: LabellingCompetition, image_id
         item.flags = flags.get(item.image_id, 0)
         on_image = [question for question in questions if question.image_id == item.image_id]
         item.needed = rules.needed(item.discarded, on_image, competition.panel_size)
-        if not item.discarded and rules.too_difficult(item.flags, competition.panel_size):
+        if not item.discarded and not item.kept and rules.too_difficult(item.flags, competition.panel_size):
             discard_item(db_session, competition, item)
     db_session.flush()
 

@@ -18,7 +18,7 @@ from app.db.statements import pipelined
 from app.errors import Conflict, InvalidInput, NotFound
 from app.labelling import rules
 from app.labelling.items import lock_item, set_assignment
-from app.labelling.models import Assignment, AssignmentStatus, DifficultyFlag, LabelItem
+from app.labelling.models import Assignment, AssignmentStatus, DifficultyFlag, FlagReason, LabelItem
 from app.labelling.quality import check_answers
 from app.labelling.statements import (
     GOLD_VOTE_COUNTS,
@@ -37,7 +37,8 @@ from app.labelling.types import Annotator, Answer, LabellingCompetition, SubmitR
 
 @dataclass
 class _Votes:
-    """A question's vote state while an answer is being recorded."""
+    """A question's vote state while an answer is being recorded (never an adjudicated question's: only open
+    questions are counted here, and an adjudicated one is decided)."""
 
     id: int
     yes_votes: int
@@ -46,6 +47,7 @@ class _Votes:
     decided_at: datetime | None
     gold_answer: bool | None
     my_answer: bool | None
+    adjudicated: bool = False
 
 
 def submit_answers(
@@ -165,10 +167,16 @@ def _step_up(db_session: Session, competition: LabellingCompetition, user: Annot
 
 
 def flag_image(
-    *, db_session: Session, competition: LabellingCompetition, user: Annotator, item_id: int
+    *,
+    db_session: Session,
+    competition: LabellingCompetition,
+    user: Annotator,
+    item_id: int,
+    reason: FlagReason = FlagReason.too_difficult,
 ) -> bool:
     """Record that the annotator finds an image too difficult or not a natural photo; when more than 60%
-    of the panel do, discard it for its pairs and promote their reserves. Returns whether it was discarded.
+    of the panel flag it (for either reason), discard it for its pairs and promote their reserves, unless an
+    admin has kept it (adjudication.py). Returns whether it was discarded.
 
     Only an image handed to the annotator (by next or undo) that still has questions for them can be
     flagged; flagging it again is a no-op.
@@ -194,13 +202,15 @@ def flag_image(
             else "every question on this image was decided meanwhile, so there is nothing to flag"
         )
     db_session.add(
-        DifficultyFlag(competition_id=competition.id, image_id=image_id, user_id=user.id, created_at=now)
+        DifficultyFlag(
+            competition_id=competition.id, image_id=image_id, user_id=user.id, reason=reason, created_at=now
+        )
     )
     if not user.votes_excluded:
         item.flags += 1
     _step_up(db_session, competition, user)
     set_assignment(db_session, item.id, user.id, AssignmentStatus.flagged, now, keep_flagged=False)
-    if not item.discarded and rules.too_difficult(item.flags, competition.panel_size):
+    if not item.discarded and not item.kept and rules.too_difficult(item.flags, competition.panel_size):
         discard_item(db_session, competition, item)
     db_session.flush()
     return item.discarded

@@ -8,8 +8,9 @@ from sqlalchemy.orm import Session
 
 from app.competitions.models import Competition
 from app.db.base import utcnow
-from app.errors import InvalidInput, NotFound
-from app.images.models import CompetitionImage, Image
+from app.errors import InvalidInput
+from app.images.models import Image
+from app.images.service import image_id_in_competition
 from app.labelling.items import lock_item, refresh_needed
 from app.labelling.models import Question
 from app.labelling.subsets import ask
@@ -36,13 +37,7 @@ def add_gold_questions(
             raise InvalidInput(f"class_index must be between 0 and {len(competition.class_keys) - 1}")
     if len(set(classes)) != len(classes):
         raise InvalidInput("each class may be given once")
-    image_id = db_session.scalar(
-        select(Image.id)
-        .join(CompetitionImage, CompetitionImage.image_id == Image.id)
-        .where(Image.sha256 == image_sha256, CompetitionImage.competition_id == competition.id)
-    )
-    if image_id is None:
-        raise NotFound(f"no image {image_sha256} in this competition")
+    image_id = image_id_in_competition(db_session=db_session, competition=competition, sha256=image_sha256)
     asked = set(
         db_session.scalars(
             select(Question.class_index).where(

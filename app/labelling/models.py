@@ -5,7 +5,7 @@ and the labelling queue: one item per image with its leases.
 from datetime import datetime
 from enum import StrEnum
 
-from sqlalchemy import ForeignKey, Index, Text, UniqueConstraint
+from sqlalchemy import ForeignKey, Index, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db.base import Base, str_enum, utcnow
@@ -54,7 +54,8 @@ class Question(Base):
     """ "Does this image contain a ⟨class⟩?" — asked once per (image, class), shared by every pair.
 
     yes_votes and no_votes count the votes that count (annotators whose votes are not excluded); a gold
-    question has a known answer, which is also its outcome, and its votes only measure the annotators.
+    question has a known answer, which is also its outcome, and its votes only measure the annotators. An
+    adjudicated question's outcome is an admin's (adjudication.py): recounts no longer change it.
     """
 
     __tablename__ = "questions"
@@ -73,6 +74,7 @@ class Question(Base):
     gold_answer: Mapped[bool | None]
     yes_votes: Mapped[int] = mapped_column(default=0)
     no_votes: Mapped[int] = mapped_column(default=0)
+    adjudicated: Mapped[bool] = mapped_column(default=False)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
@@ -107,8 +109,16 @@ class GoldAnswer(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class FlagReason(StrEnum):
+    """Why an annotator flagged an image: too difficult to judge, or not a natural photo (artificial data)."""
+
+    too_difficult = "too_difficult"
+    not_natural = "not_natural"
+
+
 class DifficultyFlag(Base):
-    """An annotator's verdict that an image is too difficult or not a natural photo."""
+    """An annotator's verdict that an image is too difficult or not a natural photo (either counts towards
+    discarding it)."""
 
     __tablename__ = "difficulty_flags"
     __table_args__ = (UniqueConstraint("competition_id", "image_id", "user_id"),)
@@ -117,6 +127,7 @@ class DifficultyFlag(Base):
     competition_id: Mapped[int] = mapped_column(ForeignKey("competitions.id", ondelete="CASCADE"))
     image_id: Mapped[int] = mapped_column(ForeignKey("images.id", ondelete="RESTRICT"), index=True)
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    reason: Mapped[FlagReason] = mapped_column(str_enum(FlagReason), default=FlagReason.too_difficult)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
@@ -126,7 +137,8 @@ class LabelItem(Base):
     needed: the fewest further counted votes that could decide one of its open questions (0 when nothing is
     left to ask, or the image is discarded); it caps the concurrent leases and orders the queue (partly-voted
     images first). spread: the image's position in its pairs' selections, so every pair advances together.
-    shuffle: a random tie-break fixed at creation. flags: counted difficulty flags.
+    shuffle: a random tie-break fixed at creation. flags: counted difficulty flags. kept: an admin overturned
+    its discard or its not-a-natural-photo flags, so flags no longer discard it.
     """
 
     __tablename__ = "label_items"
@@ -143,6 +155,7 @@ class LabelItem(Base):
     shuffle: Mapped[int]
     flags: Mapped[int] = mapped_column(default=0)
     discarded: Mapped[bool] = mapped_column(default=False)
+    kept: Mapped[bool] = mapped_column(default=False)
 
 
 class AssignmentStatus(StrEnum):
@@ -212,3 +225,38 @@ class QualityFlag(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     decision: Mapped[QualityDecision | None] = mapped_column(str_enum(QualityDecision))
     decided_at: Mapped[datetime | None]
+
+
+class AdjudicationKind(StrEnum):
+    """What an admin reviewed: a question decided by the narrowest majority (3–2 in a panel of 5), an image
+    the panel discarded as too difficult, or an image flagged as not a natural photo."""
+
+    split = "split"
+    discarded = "discarded"
+    not_natural = "not_natural"
+
+
+class Verdict(StrEnum):
+    """The admin confirms the panel's outcome or overturns it."""
+
+    confirmed = "confirmed"
+    overturned = "overturned"
+
+
+class Adjudication(Base):
+    """An admin's verdict on a contested question or image, with the reason; an overturned split question
+    takes the other outcome, an overturned discard or flag keeps the image in its pairs."""
+
+    __tablename__ = "adjudications"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    competition_id: Mapped[int] = mapped_column(ForeignKey("competitions.id", ondelete="CASCADE"), index=True)
+    image_id: Mapped[int] = mapped_column(ForeignKey("images.id", ondelete="RESTRICT"))
+    question_id: Mapped[int | None] = mapped_column(ForeignKey("questions.id", ondelete="CASCADE"))
+    kind: Mapped[AdjudicationKind] = mapped_column(str_enum(AdjudicationKind))
+    verdict: Mapped[Verdict] = mapped_column(str_enum(Verdict))
+    panel_outcome: Mapped[bool | None]
+    outcome: Mapped[bool | None]
+    reason: Mapped[str] = mapped_column(Text)
+    decided_by: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

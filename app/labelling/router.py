@@ -1,4 +1,5 @@
-"""Labelling API: lease the next image, answer, flag, skip, undo, progress; gold and annotators (admin).
+"""Labelling API: lease the next image, answer, flag, skip, undo, progress; gold, annotators and adjudication
+(admin).
 
 The annotator's endpoints are the hot path (every answer passes through them): a dependency reads the
 caller and the competition in one query, and the endpoint does the rest of its database work, commit
@@ -15,10 +16,12 @@ from sqlalchemy.orm import Session
 from app.competitions.members import MEMBERS_ONLY
 from app.db.session import SessionDep, in_one_thread
 from app.errors import Forbidden, NotFound
-from app.labelling import answers, gold, quality, queue
+from app.labelling import adjudication, answers, gold, quality, queue
 from app.labelling.annotators import annotator_stats, images_left
 from app.labelling.caller import labelling_caller
 from app.labelling.schemas import (
+    AdjudicationCreate,
+    AdjudicationRead,
     AnnotatorStatsRead,
     AnswersCreate,
     AnswersRead,
@@ -31,6 +34,7 @@ from app.labelling.schemas import (
     NextItemRead,
     QualityDecisionCreate,
     QualityFlagRead,
+    ReviewEntryRead,
     SkipCreate,
     UndoRead,
 )
@@ -169,7 +173,11 @@ async def flag_image(body: FlagCreate, db_session: SessionDep, call: LabellingCa
 
     def flag() -> FlagRead:
         discarded = answers.flag_image(
-            db_session=db_session, competition=call.competition, user=call.labeller, item_id=body.item_id
+            db_session=db_session,
+            competition=call.competition,
+            user=call.labeller,
+            item_id=body.item_id,
+            reason=body.reason,
         )
         return FlagRead(discarded=discarded)
 
@@ -332,3 +340,79 @@ def decide_quality_flag(
         db_session=db_session, competition=competition, flag_id=flag_id, decision=body.decision
     )
     return QualityFlagRead.of(view)
+
+
+@router.get(
+    "/review",
+    summary="The adjudication queue (admin)",
+    responses=error_responses(401, 403, 404, 422),
+)
+def review_queue(
+    db_session: SessionDep, _admin: AdminUser, competition: CompetitionDep
+) -> list[ReviewEntryRead]:
+    """What awaits an admin's verdict, oldest first: questions decided by the narrowest majority (3–2 in a
+    panel of 5) on images still in their pairs, then images the panel discarded as too difficult or that an
+    annotator flagged as not a natural photo (not excluded, not yet adjudicated)."""
+    return [
+        ReviewEntryRead(
+            **vars(entry),
+            class_name=None if entry.class_index is None else str(competition.class_names[entry.class_index]),
+        )
+        for entry in adjudication.review_queue(db_session=db_session, competition=competition)
+    ]
+
+
+@router.post(
+    "/adjudications",
+    status_code=status.HTTP_201_CREATED,
+    summary="Confirm or overturn a split decision, a discard or a not-natural flag (admin)",
+    responses=error_responses(401, 403, 404, 409, 422),
+)
+def adjudicate(
+    body: AdjudicationCreate, db_session: SessionDep, admin: AdminUser, competition: CompetitionDep
+) -> AdjudicationRead:
+    """With question_id: a split question's outcome is confirmed, or overturned to the other answer, which
+    the leaderboard counts from then on (recounts no longer change it). Without: an image the panel
+    discarded, or flagged as not a natural photo, is confirmed (a not-natural image is then discarded) or
+    overturned (it returns to its pairs beside the reserve that replaced it, and flags no longer discard
+    it). The reason is recorded and exported. 404: no such image or question; 409: not a split decision,
+    nothing to review on the image, or adjudicated already."""
+    verdict = adjudication.adjudicate(
+        db_session=db_session,
+        competition=competition,
+        image_sha256=body.image_sha256,
+        question_id=body.question_id,
+        verdict=body.verdict,
+        reason=body.reason,
+        user=admin,
+    )
+    return _adjudication_read(verdict, body.image_sha256)
+
+
+@router.get(
+    "/adjudications", summary="List adjudications (admin)", responses=error_responses(401, 403, 404, 422)
+)
+def list_adjudications(
+    db_session: SessionDep, _admin: AdminUser, competition: CompetitionDep
+) -> list[AdjudicationRead]:
+    """Every verdict of the competition, oldest first (also exported: …/exports/adjudications)."""
+    return [
+        _adjudication_read(verdict, sha256)
+        for verdict, sha256 in adjudication.adjudications(db_session=db_session, competition=competition)
+    ]
+
+
+def _adjudication_read(verdict, image_sha256: str) -> AdjudicationRead:
+    """The API view of a recorded verdict."""
+    return AdjudicationRead(
+        id=verdict.id,
+        kind=verdict.kind,
+        image_sha256=image_sha256,
+        question_id=verdict.question_id,
+        verdict=verdict.verdict,
+        panel_outcome=verdict.panel_outcome,
+        outcome=verdict.outcome,
+        reason=verdict.reason,
+        decided_by=verdict.decided_by,
+        created_at=verdict.created_at,
+    )

@@ -29,6 +29,11 @@ def votes_still_needed(yes_votes: int, no_votes: int, panel_size: int) -> int:
     return max(1, majority(panel_size) - max(yes_votes, no_votes))
 
 
+def split(yes_votes: int, no_votes: int, panel_size: int) -> bool:
+    """Decided by the narrowest majority: the minority has a majority less one vote (3–2 of 5, 2–1 of 3)."""
+    return min(yes_votes, no_votes) >= max(1, majority(panel_size) - 1)
+
+
 def too_difficult(flags: int, panel_size: int) -> bool:
     """More than 60% of the panel find the image too difficult: "more than three of five" (paper Sec. 3.1)."""
     return flags * 5 > panel_size * 3
@@ -42,6 +47,7 @@ class VoteCounts(Protocol):
     outcome: bool | None
     decided_at: datetime | None
     gold_answer: bool | None
+    adjudicated: bool
 
 
 def _votes_needed_by_open_questions(questions: Iterable[VoteCounts], panel_size: int) -> Iterator[int]:
@@ -74,7 +80,10 @@ def count_vote(question: VoteCounts, answer: bool, step: int, panel_size: int, n
 
 
 def decide(question: VoteCounts, panel_size: int, now: datetime) -> None:
-    """Set a regular question's outcome from its counted votes; decided_at keeps the first decision time."""
+    """Set a regular question's outcome from its counted votes; decided_at keeps the first decision time. An
+    adjudicated question keeps the admin's outcome."""
+    if question.adjudicated:
+        return
     decision = outcome(question.yes_votes, question.no_votes, panel_size)
     if decision != question.outcome:
         question.outcome = decision

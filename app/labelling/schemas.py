@@ -8,7 +8,7 @@ import inflect
 from pydantic import BaseModel, Field
 
 from app.images.store import SHA256_PATTERN
-from app.labelling.models import QualityDecision, QualityFlagKind
+from app.labelling.models import AdjudicationKind, FlagReason, QualityDecision, QualityFlagKind, Verdict
 from app.labelling.quality import FlagView
 from app.labelling.types import AnnotatorStats, PresentedItem, PresentedQuestion
 
@@ -130,6 +130,11 @@ class FlagCreate(BaseModel):
     """Flag an item's image as too difficult or not a natural photo."""
 
     item_id: int
+    reason: FlagReason = Field(
+        default=FlagReason.too_difficult,
+        description="too_difficult (default) or not_natural: not a natural photo (drawn, rendered, a "
+        "composite). Either counts towards discarding the image; admins review both.",
+    )
 
 
 class FlagRead(BaseModel):
@@ -255,3 +260,44 @@ class QualityDecisionCreate(BaseModel):
         "afresh); excluded: every vote of theirs stops counting and the questions they answered are "
         "re-decided."
     )
+
+
+class ReviewEntryRead(BaseModel):
+    """One thing awaiting adjudication: a split question, or an image discarded or flagged as not natural."""
+
+    kind: AdjudicationKind
+    image_sha256: str
+    question_id: int | None = Field(description="The split question; null for an image.")
+    class_index: int | None
+    class_name: str | None
+    yes_votes: int | None
+    no_votes: int | None
+    outcome: bool | None = Field(description="The panel's outcome of the split question.")
+    too_difficult_flags: int
+    not_natural_flags: int
+    discarded: bool = Field(description="The panel discarded the image (its reserves replaced it).")
+
+
+class AdjudicationCreate(BaseModel):
+    """An admin's verdict on a split question (question_id given) or on an image (discarded or flagged)."""
+
+    image_sha256: str = Field(pattern=SHA256_PATTERN.pattern)
+    question_id: int | None = None
+    verdict: Verdict
+    reason: str = Field(min_length=1, max_length=2000, description="Why; recorded and exported.")
+
+
+class AdjudicationRead(BaseModel):
+    """A recorded verdict. outcome and panel_outcome: the question's outcome for a split decision; whether
+    the image is discarded for an image."""
+
+    id: int
+    kind: AdjudicationKind
+    image_sha256: str
+    question_id: int | None
+    verdict: Verdict
+    panel_outcome: bool | None
+    outcome: bool | None
+    reason: str
+    decided_by: str
+    created_at: datetime

@@ -240,19 +240,28 @@ def _promote_reserve(
         return
 
 
+def pair_images_of(
+    db_session: Session, competition: LabellingCompetition, image_id: int, role: PairImageRole
+) -> list[PairImage]:
+    """The rows of an image in every pair of the competition that holds it in this role."""
+    return list(
+        db_session.scalars(
+            select(PairImage)
+            .join(PairSubset, PairSubset.id == PairImage.subset_id)
+            .where(
+                PairSubset.competition_id == competition.id,
+                PairImage.image_id == image_id,
+                PairImage.role == role,
+            )
+        )
+    )
+
+
 def discard_item(db_session: Session, competition: LabellingCompetition, item: LabelItem) -> None:
     """Discard a too-difficult image for every pair that selected it; each pair's next reserve replaces it."""
     item.discarded = True
     item.needed = 0
-    selected = db_session.scalars(
-        select(PairImage)
-        .join(PairSubset, PairSubset.id == PairImage.subset_id)
-        .where(
-            PairSubset.competition_id == competition.id,
-            PairImage.image_id == item.image_id,
-            PairImage.role == PairImageRole.selected,
-        )
-    ).all()
+    selected = pair_images_of(db_session, competition, item.image_id, PairImageRole.selected)
     for pair_image in selected:
         pair_image.role = PairImageRole.discarded
     db_session.flush()

@@ -1,4 +1,5 @@
-"""Exports of votes, questions, pair subsets and prediction summaries as CSV, Parquet or JSON Lines.
+"""Exports of votes, questions, pair subsets, adjudications and prediction summaries as CSV, Parquet or JSON
+Lines.
 
 Rows are read in batches of BATCH_ROWS, each in its own short transaction (keyset pagination), so a large
 export never holds a database lock for long and never holds the table in memory. CSV and JSON Lines are
@@ -28,7 +29,7 @@ from app.classifiers.service import list_classifiers, readable_predictions
 from app.competitions.models import Competition
 from app.images.models import CompetitionImage, Image
 from app.images.service import competition_image_count
-from app.labelling.models import PairImage, PairSubset, Question, Vote
+from app.labelling.models import Adjudication, PairImage, PairSubset, Question, Vote
 from app.labelling.results import QUESTION_A, QUESTION_B, with_pair_questions
 from app.leaderboard.csv_cells import neutralised_batch
 from app.settings import Settings
@@ -281,6 +282,61 @@ def _subsets_batches(source: ExportSource, schema: pa.Schema) -> Iterator[pa.Rec
     return rows_in_batches(source, schema, query, row)
 
 
+# Adjudications (admin) -----------------------------------------------------------------------------------
+
+ADJUDICATIONS_SCHEMA = pa.schema(
+    [
+        ("adjudication_id", pa.int64()),
+        ("kind", pa.string()),
+        ("image_sha256", pa.string()),
+        ("question_id", pa.int64()),
+        ("class_key", pa.string()),
+        ("verdict", pa.string()),
+        ("panel_outcome", pa.bool_()),
+        ("outcome", pa.bool_()),
+        ("reason", pa.string()),
+        ("decided_by", pa.string()),
+        ("created_at", TIMESTAMP),
+    ]
+)
+
+
+def _adjudications_batches(source: ExportSource, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """Every verdict by id; outcomes are the question's for a split decision, whether the image is
+    discarded for an image."""
+
+    def query(session: Session, after: tuple | None) -> list:
+        statement = (
+            select(Adjudication, Image.sha256, Question.class_index)
+            .join(Image, Image.id == Adjudication.image_id)
+            .outerjoin(Question, Question.id == Adjudication.question_id)
+            .where(Adjudication.competition_id == source.competition.id)
+            .order_by(Adjudication.id)
+            .limit(BATCH_ROWS)
+        )
+        if after is not None:
+            statement = statement.where(Adjudication.id > after[0])
+        return session.execute(statement).all()
+
+    def row(result, competition: Competition) -> tuple[tuple, dict]:
+        verdict, sha256, class_index = result
+        return (verdict.id,), {
+            "adjudication_id": verdict.id,
+            "kind": verdict.kind.value,
+            "image_sha256": sha256,
+            "question_id": verdict.question_id,
+            "class_key": None if class_index is None else str(competition.class_keys[class_index]),
+            "verdict": verdict.verdict.value,
+            "panel_outcome": verdict.panel_outcome,
+            "outcome": verdict.outcome,
+            "reason": verdict.reason,
+            "decided_by": verdict.decided_by,
+            "created_at": verdict.created_at,
+        }
+
+    return rows_in_batches(source, schema, query, row)
+
+
 # Prediction summaries (admin) ----------------------------------------------------------------------------
 
 PREDICTIONS_SCHEMA = pa.schema(
@@ -348,6 +404,7 @@ TABLES = {
         ExportTable("questions", QUESTIONS_SCHEMA, _questions_batches),
         ExportTable("subsets", SUBSETS_SCHEMA, _subsets_batches),
         ExportTable("predictions", PREDICTIONS_SCHEMA, _predictions_batches),
+        ExportTable("adjudications", ADJUDICATIONS_SCHEMA, _adjudications_batches),
     )
 }
 

@@ -278,6 +278,12 @@ counts towards the majority (not a gold question, annotator's votes not excluded
         """Every question (image, class) with its outcome (null while open), decision time, gold answer and
 counted yes/no votes.""",
     ),
+    "adjudications": (
+        "Export adjudications (admin)",
+        """Every admin verdict on a split question or on a discarded or not-natural-flagged image: kind,
+verdict (confirmed, overturned), the panel's outcome and the one that stands (for an image: whether it is
+discarded), the reason, who decided and when.""",
+    ),
 }
 """Each export table: the summary and description of its endpoint."""
 

@@ -23,11 +23,13 @@ from app.leaderboard.standings import compute_leaderboard
 from app.release.card import dataset_card
 from app.release.tables import (
     IMAGES_SCHEMA,
+    adjudications_schema,
     images_batches,
     leaderboard_tables,
     pseudonymised_votes,
     snapshots_table,
     votes_schema,
+    without_admins,
 )
 from app.settings import Settings
 
@@ -77,7 +79,7 @@ def write_release(
 def _write_tables(db_session: Session, competition: Competition, settings: Settings, into: Path) -> dict:
     """Write every table as <name>.parquet into the directory; {name: rows}."""
     source = ExportSource(lambda: nullcontext(db_session), competition, settings)
-    votes = TABLES["votes"]
+    votes, verdicts = TABLES["votes"], TABLES["adjudications"]
     streamed = {
         "images": (IMAGES_SCHEMA, images_batches(source, IMAGES_SCHEMA)),
         "subsets": _exported(source, "subsets"),
@@ -87,6 +89,10 @@ def _write_tables(db_session: Session, competition: Competition, settings: Setti
             pseudonymised_votes(votes.batches(source, votes.schema), source),
         ),
         "predictions": _exported(source, "predictions"),
+        "adjudications": (
+            adjudications_schema(verdicts.schema),
+            without_admins(verdicts.batches(source, verdicts.schema)),
+        ),
     }
     rows = {name: _write_parquet(into / f"{name}.parquet", *table) for name, table in streamed.items()}
     whole = leaderboard_tables(compute_leaderboard(db_session=db_session, competition=competition))

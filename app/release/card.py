@@ -17,6 +17,8 @@ TABLE_DESCRIPTIONS = {
     "discarded, with both predictions, their distance and the decided outcomes (outcome_a, outcome_b)",
     "questions": "each (image, class) question with its outcome, decision time and counted votes",
     "votes": "every answer, with its annotator pseudonymised and whether it counts towards the majority",
+    "adjudications": "each admin verdict on a split decision, a discarded image or an image flagged as not a "
+    "natural photo: confirmed or overturned, the panel's outcome and the one that stands, and why",
     "predictions": "each classifier's top-1 label, its probability and the softmax entropy per image",
     "leaderboard": "the standings: Perron score and rank with bootstrap intervals, the other rankings, "
     "Table 1 of the paper",

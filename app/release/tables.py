@@ -1,5 +1,5 @@
 """The release bundle's tables beyond the admin exports: images with provenance, the leaderboard's three
-tables, snapshots, and the votes with annotators pseudonymised."""
+tables, snapshots, the votes with annotators pseudonymised and the adjudications without admins' names."""
 
 import hashlib
 import hmac
@@ -96,6 +96,17 @@ def votes_schema(export_schema: pa.Schema) -> pa.Schema:
     """The votes export's schema with user_id replaced by the annotator's pseudonym."""
     index = export_schema.get_field_index("user_id")
     return export_schema.remove(index).insert(index, pa.field("annotator", pa.string()))
+
+
+def without_admins(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The adjudications export without decided_by (admins are named by their accounts)."""
+    for batch in batches:
+        yield batch.drop_columns(["decided_by"])
+
+
+def adjudications_schema(export_schema: pa.Schema) -> pa.Schema:
+    """The adjudications export's schema without decided_by."""
+    return export_schema.remove(export_schema.get_field_index("decided_by"))
 
 
 ARROW_TYPES = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_()}

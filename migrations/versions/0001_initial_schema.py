@@ -242,6 +242,11 @@ def upgrade() -> None:
         sa.Column("competition_id", sa.Integer(), nullable=False),
         sa.Column("image_id", sa.Integer(), nullable=False),
         sa.Column("user_id", sa.Integer(), nullable=False),
+        sa.Column(
+            "reason",
+            sa.Enum("too_difficult", "not_natural", name="flagreason", native_enum=False, length=16),
+            nullable=False,
+        ),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["competition_id"],
@@ -307,6 +312,7 @@ def upgrade() -> None:
         sa.Column("gold_answer", sa.Boolean(), nullable=True),
         sa.Column("yes_votes", sa.Integer(), nullable=False),
         sa.Column("no_votes", sa.Integer(), nullable=False),
+        sa.Column("adjudicated", sa.Boolean(), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["competition_id"],
@@ -501,6 +507,7 @@ def upgrade() -> None:
         sa.Column("shuffle", sa.Integer(), nullable=False),
         sa.Column("flags", sa.Integer(), nullable=False),
         sa.Column("discarded", sa.Boolean(), nullable=False),
+        sa.Column("kept", sa.Boolean(), nullable=False),
         sa.ForeignKeyConstraint(
             ["competition_id"],
             ["competitions.id"],
@@ -578,6 +585,47 @@ def upgrade() -> None:
     )
     op.create_index("ix_leaderboard_snapshots_competition_id", "leaderboard_snapshots", ["competition_id"])
     op.create_table(
+        "adjudications",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("competition_id", sa.Integer(), nullable=False),
+        sa.Column("image_id", sa.Integer(), nullable=False),
+        sa.Column("question_id", sa.Integer(), nullable=True),
+        sa.Column(
+            "kind",
+            sa.Enum(
+                "split", "discarded", "not_natural", name="adjudicationkind", native_enum=False, length=16
+            ),
+            nullable=False,
+        ),
+        sa.Column(
+            "verdict",
+            sa.Enum("confirmed", "overturned", name="verdict", native_enum=False, length=16),
+            nullable=False,
+        ),
+        sa.Column("panel_outcome", sa.Boolean(), nullable=True),
+        sa.Column("outcome", sa.Boolean(), nullable=True),
+        sa.Column("reason", sa.Text(), nullable=False),
+        sa.Column("decided_by", sa.String(length=64), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["competition_id"],
+            ["competitions.id"],
+            name=op.f("fk_adjudications_competition_id_competitions"),
+            ondelete="CASCADE",
+        ),
+        sa.ForeignKeyConstraint(
+            ["image_id"], ["images.id"], name=op.f("fk_adjudications_image_id_images"), ondelete="RESTRICT"
+        ),
+        sa.ForeignKeyConstraint(
+            ["question_id"],
+            ["questions.id"],
+            name=op.f("fk_adjudications_question_id_questions"),
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_adjudications")),
+    )
+    op.create_index("ix_adjudications_competition_id", "adjudications", ["competition_id"])
+    op.create_table(
         "competition_versions",
         sa.Column("competition_id", sa.Integer(), autoincrement=False, nullable=False),
         sa.Column("writer", sa.Integer(), autoincrement=False, nullable=False),
@@ -631,6 +679,7 @@ def _version_trigger(dialect: str, table: str, events: tuple[str, ...], competit
 
 def downgrade() -> None:
     """Drop every table, dependants first (their indexes go with them)."""
+    op.drop_table("adjudications")
     if op.get_bind().dialect.name == "postgresql":
         for table in VERSIONED_TABLES:
             op.execute(f"DROP FUNCTION bump_version_{table}() CASCADE")

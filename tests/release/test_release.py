@@ -17,7 +17,8 @@ from app.release.bundle import write_release
 from app.release.tables import pseudonym
 from tests.leaderboard.scenario import DIGITS
 
-TABLES = ("images", "subsets", "questions", "votes", "predictions", "leaderboard", "leaderboard_pairs")
+TABLES = ("images", "subsets", "questions", "votes", "predictions", "adjudications", "leaderboard")
+TABLES += ("leaderboard_pairs",)
 TABLES += ("leaderboard_summary", "snapshots")
 
 
