@@ -1,5 +1,5 @@
 // The labelling page: one image at a time. Y / N answer the current question, D flags the image as too
-// difficult, S skips it, U or Backspace undoes (the current image's answers locally, then the server's last
+// difficult, P as not a natural photo, S skips it, U or Backspace undoes (the current image's answers locally, then the server's last
 // ten), I shows what the class means, Z zooms (arrow keys pan, + and − zoom further; tap and pinch on touch).
 // An image's answers are sent together once its last question is answered, and the same request brings the
 // next image; no page reloads. Answers that meet an ended session are kept and sent after signing in again.
@@ -18,6 +18,7 @@
   const yes = $("answer-yes");
   const no = $("answer-no");
   const flagButton = $("flag");
+  const artificialButton = $("flag-artificial");
   const skipButton = $("skip");
   const defineButton = $("define");
   const definitionBox = $("definition-box");
@@ -91,7 +92,7 @@
   }
 
   function setEnabled(enabled) {
-    for (const button of [yes, no, flagButton, skipButton, defineButton]) button.disabled = !enabled;
+    for (const button of [yes, no, flagButton, artificialButton, skipButton, defineButton]) button.disabled = !enabled;
   }
 
   // After an answer the keyboard focus is on the next question's first control, not lost to the page
@@ -168,7 +169,7 @@
   function onImageFailed() {
     if (!item) return;
     say("The image did not load: flag it with D, skip it with S, or reload the page.");
-    flagButton.disabled = skipButton.disabled = false;
+    flagButton.disabled = artificialButton.disabled = skipButton.disabled = false;
   }
 
   const NOTHING = {
@@ -331,14 +332,15 @@
     });
   }
 
-  function flag() {
+  // reason: "too_difficult" or "not_natural" (not a natural photo); either counts towards replacing the image.
+  function flag(reason) {
     if (working || !item) return;
     run(async () => {
       setEnabled(false);
       try {
-        await call("POST", "/flags", { item_id: item.item_id });
+        await call("POST", "/flags", { item_id: item.item_id, reason });
         counted(1);
-        say("Flagged as too difficult or not a natural photo.");
+        say(reason === "not_natural" ? "Flagged as not a natural photo." : "Flagged as too difficult.");
       } catch (error) {
         if (error.status !== 409) {
           setEnabled(imageLoaded);
@@ -466,7 +468,8 @@
   zoomButton.addEventListener("click", () => toggleZoom());
   yes.addEventListener("click", () => answer(true));
   no.addEventListener("click", () => answer(false));
-  flagButton.addEventListener("click", flag);
+  flagButton.addEventListener("click", () => flag("too_difficult"));
+  artificialButton.addEventListener("click", () => flag("not_natural"));
   skipButton.addEventListener("click", skip);
   defineButton.addEventListener("click", toggleDefinition);
   $("undo").addEventListener("click", undo);
@@ -475,7 +478,8 @@
   const KEYS = {
     y: () => answer(true),
     n: () => answer(false),
-    d: flag,
+    d: () => flag("too_difficult"),
+    p: () => flag("not_natural"),
     s: skip,
     u: undo,
     backspace: undo,

@@ -20,6 +20,7 @@ from app.images.models import CompetitionImage, Image
 from app.images.service import image_counts
 from app.jobs import workers
 from app.jobs.service import competition_progress
+from app.labelling import adjudication
 from app.labelling.annotators import annotator_stats
 from app.labelling.gold import gold_questions
 from app.labelling.models import QualityFlagKind
@@ -164,4 +165,20 @@ def admin_quality(request: Request, db_session: SessionDep, user: OptionalUser, 
         competition=competition,
         flags=list_flags(db_session=db_session, competition=competition),
         kinds=FLAG_KINDS,
+    )
+
+
+@router.get("/admin/competitions/{competition_id}/review", response_class=HTMLResponse)
+def admin_review(request: Request, db_session: SessionDep, user: OptionalUser, competition: CompetitionDep):
+    """Adjudication: the review queue, a verdict form on each entry, and the verdicts recorded."""
+    admin = page_user(request, user, *ADMIN_ROLES)
+    if isinstance(admin, RedirectResponse):
+        return admin
+    return render(
+        request,
+        "admin_review.html",
+        user=admin,
+        competition=competition,
+        queue=adjudication.review_queue(db_session=db_session, competition=competition),
+        verdicts=adjudication.adjudications(db_session=db_session, competition=competition),
     )

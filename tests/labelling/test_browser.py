@@ -12,7 +12,15 @@ from app.competitions.schemas import CompetitionCreate
 from app.competitions.service import create_competition
 from app.images.models import Image
 from app.images.store import ImageStore
-from app.labelling.models import Assignment, AssignmentStatus, DifficultyFlag, LabelItem, Question, Vote
+from app.labelling.models import (
+    Assignment,
+    AssignmentStatus,
+    DifficultyFlag,
+    FlagReason,
+    LabelItem,
+    Question,
+    Vote,
+)
 from app.users import service as users_service
 from app.users.models import Role, User
 from tests.conftest import TEST_PASSWORD
@@ -24,7 +32,7 @@ def set_up(live_server) -> int:
     """A competition with one pair (two images selected, two in reserve) whose files the server serves,
     and the annotator alice; returns the competition id."""
     with live_server.sessions() as db_session:
-        competition = create_competition(db_session=db_session, spec=CompetitionCreate(name="browser", k=2))
+        competition = create_competition(db_session=db_session, spec=CompetitionCreate(name="browser", k=3))
         store = ImageStore(live_server.settings.blob_store)
         labelling_competition(db_session, competition, classifiers=2, images_per_pair=4, store=store)
         users_service.create_user(
@@ -95,7 +103,10 @@ def test_label_with_the_keyboard_undo_and_flag(live_server, browser):
     assert shown_image(browser) == second_image
 
     press(browser, "d")  # the second image is too difficult
-    wait_for_text(browser, "status", "Flagged")
+    wait_for_text(browser, "status", "Flagged as too difficult")
+    third_image = shown_image(browser)
+    press(browser, "p")  # the third is not a natural photo
+    wait_for_text(browser, "status", "Flagged as not a natural photo")
 
     with live_server.sessions() as db_session:
         alice = db_session.scalar(select(User).where(User.username == "alice"))
@@ -107,10 +118,15 @@ def test_label_with_the_keyboard_undo_and_flag(live_server, browser):
         ).all()
         assert {(image_id, answer) for image_id, _, answer, _ in votes} == {(image_ids[first_image], True)}
         assert len(votes) == 2 and all(seconds is not None and seconds >= 0 for *_, seconds in votes)
-        flags = db_session.scalars(
-            select(DifficultyFlag.image_id).where(DifficultyFlag.user_id == alice.id)
+        flags = db_session.execute(
+            select(DifficultyFlag.image_id, DifficultyFlag.reason)
+            .where(DifficultyFlag.user_id == alice.id)
+            .order_by(DifficultyFlag.id)
         ).all()
-        assert flags == [image_ids[second_image]]
+        assert flags == [
+            (image_ids[second_image], FlagReason.too_difficult),
+            (image_ids[third_image], FlagReason.not_natural),
+        ]
         flagged_item = db_session.scalar(
             select(LabelItem).where(LabelItem.image_id == image_ids[second_image])
         )
@@ -127,7 +143,7 @@ PHONE = {"width": 375, "height": 667, "deviceScaleFactor": 2, "mobile": True}
 """An iPhone SE-sized screen, in CSS pixels."""
 MIN_TARGET_PX = 44
 """The smallest comfortable touch target (WCAG 2.2, success criterion 2.5.5)."""
-CONTROLS = ("answer-yes", "answer-no", "flag", "undo")
+CONTROLS = ("answer-yes", "answer-no", "flag", "flag-artificial", "undo")
 
 
 def test_the_page_fits_a_phone_and_shows_where_the_keyboard_is(live_server, browser):
