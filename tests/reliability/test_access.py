@@ -78,6 +78,9 @@ ROUTES = {
     ("POST", "/api/v1/competitions/{competition_id}/labelling/gold"): ADMIN,
     ("GET", "/api/v1/competitions/{competition_id}/labelling/quality-flags"): ADMIN,
     ("POST", "/api/v1/competitions/{competition_id}/labelling/quality-flags/{flag_id}/decision"): ADMIN,
+    ("GET", "/api/v1/competitions/{competition_id}/labelling/review"): ADMIN,
+    ("GET", "/api/v1/competitions/{competition_id}/labelling/adjudications"): ADMIN,
+    ("POST", "/api/v1/competitions/{competition_id}/labelling/adjudications"): ADMIN,
     ("GET", "/competitions/{competition_id}/label"): ANNOTATOR,
     ("GET", "/competitions/{competition_id}/guidelines"): PUBLIC,
     ("GET", "/api/v1/competitions/{competition_id}/classifiers"): PUBLIC,
@@ -105,6 +108,7 @@ ROUTES = {
     ("GET", "/api/v1/competitions/{competition_id}/exports/predictions"): ADMIN,
     ("GET", "/api/v1/competitions/{competition_id}/exports/votes"): ADMIN,
     ("GET", "/api/v1/competitions/{competition_id}/exports/questions"): ADMIN,
+    ("GET", "/api/v1/competitions/{competition_id}/exports/adjudications"): ADMIN,
     ("GET", "/competitions/{competition_id}/leaderboard"): PUBLIC,
     ("GET", "/leaderboards/{slug}"): PUBLIC,
     ("GET", "/competitions/{competition_id}/pairs/{a_id}/{b_id}"): PUBLIC,
@@ -113,6 +117,7 @@ ROUTES = {
     ("GET", "/admin/competitions/{competition_id}"): ADMIN,
     ("GET", "/admin/competitions/{competition_id}/gold"): ADMIN,
     ("GET", "/admin/competitions/{competition_id}/quality"): ADMIN,
+    ("GET", "/admin/competitions/{competition_id}/review"): ADMIN,
 }
 GATES = {ADMIN: require_admin, ANNOTATOR: labelling_call, WORKER: require_worker, ACCOUNT: current_user}
 SIGNED_IN_BY_GATE = {ANNOTATOR}
@@ -133,6 +138,7 @@ SIGN_IN_PAGES = {
     "/admin/competitions/{competition_id}",
     "/admin/competitions/{competition_id}/gold",
     "/admin/competitions/{competition_id}/quality",
+    "/admin/competitions/{competition_id}/review",
     "/competitions/{competition_id}/label",
 }
 
