@@ -20,9 +20,10 @@ demo: $(INSTALLED)  ## The digits competition end to end, served at http://127.0
 test: $(INSTALLED)  ## Run every test on SQLite and on the Postgres at 127.0.0.1:5432
 	$(BIN)/pytest $(ARGS)
 
-lint: $(INSTALLED)
+lint: $(INSTALLED)  ## ruff, and the mypy type check of app/ and workers/
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

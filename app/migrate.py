@@ -30,7 +30,9 @@ def upgrade(url: str, revision: str = "head") -> None:
 
 def head_revision() -> str:
     """The newest migration's revision id."""
-    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None, "migrations/versions holds the initial migration"
+    return head
 
 
 def current_revision(engine: Engine) -> str | None:

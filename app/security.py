@@ -51,4 +51,6 @@ def new_csrf_token() -> str:
 
 def same_secret(a: str | None, b: str | None) -> bool:
     """Constant-time comparison of two secrets; missing values never match (any text may be sent)."""
-    return bool(a) and bool(b) and hmac.compare_digest(a.encode(), b.encode())
+    if not a or not b:
+        return False
+    return hmac.compare_digest(a.encode(), b.encode())

@@ -13,20 +13,35 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import uvicorn
 from fastapi import FastAPI
-from uvicorn.protocols.http.auto import AutoHTTPProtocol
 from uvicorn.supervisors import Multiprocess
 
 from app.settings import Settings
 
+if TYPE_CHECKING:  # auto is httptools' protocol when installed, else h11's; both have the same interface
+    from uvicorn.protocols.http.h11_impl import H11Protocol as AutoHTTPProtocol
+else:
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
 STARTUP_TIMEOUT_S = 30
+
+
+class ServerConfig(uvicorn.Config):
+    """uvicorn's config, with how long a request head may take to arrive."""
+
+    def __init__(self, app: FastAPI | str, *, head_timeout_s: float, **options):
+        super().__init__(app, **options)
+        self.head_timeout_s = head_timeout_s
 
 
 class HeadTimeoutProtocol(AutoHTTPProtocol):
     """uvicorn's HTTP protocol, closing a connection whose request head is not complete within the config's
     head_timeout_s of its first byte (or of the connection, for the first request)."""
+
+    config: ServerConfig
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -55,13 +70,15 @@ class HeadTimeoutProtocol(AutoHTTPProtocol):
         self._head_deadline = self.loop.call_later(self.config.head_timeout_s, expire)
 
 
-def server_config(app: FastAPI | str, settings: Settings, **options) -> uvicorn.Config:
+def server_config(app: FastAPI | str, settings: Settings, **options) -> ServerConfig:
     """A uvicorn config with the head timeout and connection limit of the settings."""
-    config = uvicorn.Config(
-        app, http=HeadTimeoutProtocol, limit_concurrency=settings.max_connections, **options
+    return ServerConfig(
+        app,
+        head_timeout_s=settings.header_timeout_s,
+        http=HeadTimeoutProtocol,
+        limit_concurrency=settings.max_connections,
+        **options,
     )
-    config.head_timeout_s = settings.header_timeout_s
-    return config
 
 
 def serve(settings: Settings, *, host: str, port: int, workers: int) -> None:

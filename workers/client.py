@@ -98,7 +98,7 @@ class ServiceClient:
     def complete_predict(self, job_id: int, lease_token: str, predictions: Predictions) -> None:
         """Upload a shard's arrays, finishing the predict job."""
         buffer = io.BytesIO()
-        np.savez(buffer, **predictions.arrays())
+        np.savez(buffer, allow_pickle=False, **predictions.arrays())
         self._post(
             f"/api/v1/jobs/{job_id}/predictions",
             data={"lease_token": lease_token},

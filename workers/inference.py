@@ -139,7 +139,7 @@ def prepare_model(
 ) -> PreparedModel:
     """Move `model` to `device` (channels_last) in eval mode; compile it for a fixed batch size if asked."""
     config = timm.data.resolve_model_data_config(model)
-    model = model.eval().to(device, memory_format=torch.channels_last)
+    model = model.eval().to(device).to(memory_format=torch.channels_last)
     forward = torch.compile(model, dynamic=False) if compile_for_batch else model
     return PreparedModel(
         forward=forward,

@@ -177,12 +177,18 @@ class Worker:
         if classifier_id not in self.models:
             if task.source == ClassifierSource.timm_weights:
                 path = self.client.weights_file(
-                    classifier_id, task.weights_sha256, task.weights_format, self.options.cache_dir
+                    classifier_id,
+                    _given(task, task.weights_sha256, "weights file"),
+                    _given(task, task.weights_format, "weights format"),
+                    self.options.cache_dir,
                 )
-                model = load_weights_file(task.architecture, path, task.num_classes, task.data_config)
+                architecture = _given(task, task.architecture, "architecture")
+                model = load_weights_file(architecture, path, task.num_classes, task.data_config)
             else:
                 model = load_pretrained_tag(
-                    task.pretrained_tag, task.num_classes, cache_dir=self.options.cache_dir / "hub"
+                    _given(task, task.pretrained_tag, "pretrained tag"),
+                    task.num_classes,
+                    cache_dir=self.options.cache_dir / "hub",
                 )
             self.models[classifier_id] = model
         return self.models[classifier_id]
@@ -288,6 +294,15 @@ class Worker:
                 self.predictions.popitem(last=False)
         self.predictions.move_to_end(classifier_id)
         return cached
+
+
+def _given(task: PredictTask, value: str | None, what: str) -> str:
+    """A field the task's source needs; without it the classifier cannot be loaded."""
+    if value is None:
+        raise ClassifierSourceError(
+            f"classifier {task.classifier_name!r} ({task.source.value}) has no {what}"
+        )
+    return value
 
 
 def _predict_task(job: ClaimedJob) -> PredictTask:

@@ -104,7 +104,7 @@ class PredictionStore:
         self.prefix(classifier_id)
         key = prediction_shard_key(classifier_id, start, start + len(predictions))
         buffer = io.BytesIO()
-        np.savez(buffer, **predictions.arrays())
+        np.savez(buffer, allow_pickle=False, **predictions.arrays())
         self.blobs.put(key, buffer.getvalue(), content_type=SHARD_CONTENT_TYPE, immutable=False)
         return key
 

@@ -173,13 +173,13 @@ def retire_classifier(classifier_id: int, db_session: SessionDep, _admin: AdminU
 @router.get(
     "/classifiers/{classifier_id}/weights",
     response_class=FileResponse,
-    responses={200: {"content": {NPZ_MEDIA_TYPE: {}}}} | error_responses(401, 403, 404, 422),
+    responses={200: {"content": {NPZ_MEDIA_TYPE: {}}}, **error_responses(401, 403, 404, 422)},
     summary="Download a classifier's weights file (worker)",
 )
 def download_weights(classifier_id: int, db_session: SessionDep, settings: SettingsDep, _worker: WorkerUser):
     """The weights file registered with a timm-weights classifier."""
     classifier = service.get_classifier(db_session=db_session, classifier_id=classifier_id)
-    if classifier.weights_sha256 is None:
+    if classifier.weights_sha256 is None or classifier.weights_format is None:
         raise InvalidInput(f"classifier {classifier.name!r} has no weights file ({classifier.source.value})")
     key = weights_key(classifier.weights_sha256, classifier.weights_format)
     return blob_response(
@@ -194,7 +194,7 @@ def download_weights(classifier_id: int, db_session: SessionDep, settings: Setti
 @router.get(
     "/classifiers/{classifier_id}/predictions",
     response_class=Response,
-    responses={200: {"content": {NPZ_MEDIA_TYPE: {}}}} | error_responses(401, 403, 404, 409, 422),
+    responses={200: {"content": {NPZ_MEDIA_TYPE: {}}}, **error_responses(401, 403, 404, 409, 422)},
     summary="Download a classifier's prediction arrays as .npz (worker)",
 )
 def download_predictions(
@@ -213,5 +213,5 @@ def download_predictions(
     n_images = competition_image_count(db_session=db_session, competition_id=classifier.competition_id)
     arrays = service.read_predictions(settings=settings, classifier=classifier, n_images=n_images).arrays()
     buffer = io.BytesIO()
-    np.savez(buffer, **{name: arrays[name] for name in fields})
+    np.savez(buffer, allow_pickle=False, **{name: arrays[name] for name in fields})
     return Response(buffer.getvalue(), media_type=NPZ_MEDIA_TYPE)

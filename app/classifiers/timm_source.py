@@ -12,7 +12,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import huggingface_hub
@@ -190,7 +190,7 @@ def _explain_load_failure(
 
 def _head_classes(model: torch.nn.Module, state_dict: dict[str, torch.Tensor]) -> int | None:
     """Number of outputs of the classifier head stored in `state_dict`, if it has the model's head."""
-    heads = model.pretrained_cfg.get("classifier") or ()
+    heads = cast(dict[str, Any], model.pretrained_cfg).get("classifier") or ()
     for head in (heads,) if isinstance(heads, str) else heads:
         weight = state_dict.get(f"{head}.weight")
         if weight is not None:
@@ -229,7 +229,15 @@ def _first_line(error: Exception) -> str:
 
 def _source_url(cfg: PretrainedCfg) -> str:
     """The URL timm would download `cfg`'s weights from: the Hugging Face Hub, else the config's url."""
-    return huggingface_hub.constants.ENDPOINT if cfg.hf_hub_id else (cfg.url or "")
+    return huggingface_hub.constants.ENDPOINT if cfg.hf_hub_id else _weights_url(cfg)[0]
+
+
+def _weights_url(cfg: PretrainedCfg) -> tuple[str, str]:
+    """The URL of `cfg`'s weights and the file name timm caches them under (a config may give it)."""
+    if isinstance(cfg.url, tuple):
+        return cfg.url
+    url = cfg.url or ""
+    return url, Path(urlsplit(url).path).name
 
 
 def _reachable(url: str, timeout_s: float) -> bool:
@@ -258,7 +266,7 @@ def _cached_weights_overlay(tag: str, cfg: PretrainedCfg, cache_dir: Path | None
         if snapshot is not None:
             return dict(source="local-dir", file=snapshot)
     elif cfg.url:
-        cached = Path(torch.hub.get_dir()) / "checkpoints" / Path(urlsplit(cfg.url).path).name
+        cached = Path(torch.hub.get_dir()) / "checkpoints" / _weights_url(cfg)[1]
         if cached.is_file():
             return dict(file=str(cached))
     raise PretrainedUnavailableError(

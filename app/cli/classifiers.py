@@ -1,6 +1,7 @@
 """`mad classifiers`: register classifiers (three sources) and list them."""
 
 from pathlib import Path
+from typing import Any
 
 import typer
 from pydantic import ValidationError
@@ -74,7 +75,7 @@ def add(
     settings = load_settings()
     with database_session(settings) as session:
         target = get_competition_by_name(db_session=session, name=competition)
-        common = dict(
+        common: dict[str, Any] = dict(
             db_session=session, settings=settings, competition=target, name=name, reported_accuracy=accuracy
         )
         if weights is not None:

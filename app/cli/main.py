@@ -67,7 +67,8 @@ def unwrap_help(group: typer.Typer) -> None:
     for command in group.registered_commands:
         command.help = unwrapped(command.help or inspect.getdoc(command.callback) or "")
     for subgroup in group.registered_groups:
-        unwrap_help(subgroup.typer_instance)
+        if subgroup.typer_instance is not None:
+            unwrap_help(subgroup.typer_instance)
 
 
 unwrap_help(app)

@@ -59,7 +59,7 @@ def ranking_stability(
     Outcome arrays must be in selection order (replacements in the place of the images they replaced);
     k defaults to the longest pair.
     """
-    k = max((len(right_i) for right_i, _ in outcomes.values()), default=0) if k is None else k
+    k = max((np.size(right_i) for right_i, _ in outcomes.values()), default=0) if k is None else k
     reference = _perron_scores(outcomes, m, k, alpha)
     k_prime = np.arange(1, k)
     return StabilityCurve(

@@ -15,6 +15,7 @@ import reprlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache, cached_property
+from typing import Any
 
 import numpy as np
 
@@ -282,7 +283,7 @@ def from_children(
     return Taxonomy(key, tuple(class_labels), display, tuple(paths), node_names, definitions)
 
 
-def _descriptions(descriptions: Mapping[object, object], classes: set[str]) -> dict[str, str]:
+def _descriptions(descriptions: Mapping[Any, object], classes: set[str]) -> dict[str, str]:
     """Each described class's text, checked: a class of the taxonomy and a non-empty string."""
     checked = {}
     for label, text in descriptions.items():

@@ -2,8 +2,9 @@
 
 from datetime import UTC, datetime
 from enum import StrEnum
+from typing import TYPE_CHECKING, ClassVar
 
-from sqlalchemy import DateTime, Enum, MetaData
+from sqlalchemy import DateTime, Enum, MetaData, Table
 from sqlalchemy.orm import DeclarativeBase
 from sqlalchemy.types import TypeDecorator
 
@@ -42,6 +43,9 @@ class Base(DeclarativeBase):
 
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
     type_annotation_map = {datetime: UTCDateTime}
+
+    if TYPE_CHECKING:
+        __table__: ClassVar[Table]  # every model maps one table (SQLAlchemy types it as any FromClause)
 
 
 def str_enum(enum_class: type[StrEnum], length: int = 16) -> Enum:

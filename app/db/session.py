@@ -1,7 +1,7 @@
 """A web request's database session: one per request, behind the database gate, committed once."""
 
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Annotated, TypeVar
+from typing import Annotated, TypeVar, cast
 
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session
@@ -23,7 +23,7 @@ async def through_database_gate(request: Request, chunks: Iterator[Chunk]) -> As
             chunk = await run_in_threadpool(next, chunks, end)
         if chunk is end:
             return
-        yield chunk
+        yield cast(Chunk, chunk)
 
 
 async def get_session(request: Request) -> AsyncIterator[Session]:

@@ -1,17 +1,18 @@
 """Statements of the hot paths, compiled once and run straight on psycopg on Postgres, and INSERTs that
 take ON CONFLICT clauses on either database."""
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from psycopg.rows import namedtuple_row
-from sqlalchemy import Connection, Dialect, Executable
+from sqlalchemy import Connection, Dialect, Select
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Compiled
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.dml import UpdateBase
 
 from app.db.engine import refuse_unstorable
 
@@ -27,18 +28,18 @@ class HotStatement:
     On SQLite it runs through the session.
     """
 
-    def __init__(self, statement: Executable):
+    def __init__(self, statement: Select | UpdateBase):
         self.statement = statement
-        self._postgres: tuple[Compiled, dict[str, Any]] | None = None
+        self._postgres: tuple[SQLCompiler, dict[str, Any]] | None = None
 
     def rows(self, db_session: Session, parameters: dict[str, Any]) -> list[Any]:
         """The rows of the statement (a SELECT, or a write with RETURNING) for these parameters."""
         with _driver(db_session) as connection:
             if connection is None:
-                return db_session.execute(self.statement, parameters).all()
+                return list(db_session.execute(self.statement, parameters))
             refuse_unstorable(parameters)
             sql, values = self._postgres_sql(connection.dialect, parameters)
-            cursor = connection.connection.dbapi_connection.cursor(row_factory=namedtuple_row)
+            cursor = _psycopg(connection).cursor(row_factory=namedtuple_row)
             cursor.execute(sql, values)
             return cursor.fetchall()
 
@@ -50,14 +51,14 @@ class HotStatement:
                 db_session.execute(self.statement, parameters)
                 return
             refuse_unstorable(parameters)
-            cursor = connection.connection.dbapi_connection.cursor()
+            cursor = _psycopg(connection).cursor()
             if isinstance(parameters, list):
                 compiled, constants = self._compiled_for(connection.dialect)
                 cursor.executemany(compiled.string, [{**constants, **one} for one in parameters])
             else:
                 cursor.execute(*self._postgres_sql(connection.dialect, parameters))
 
-    def _postgres_sql(self, dialect: Dialect, parameters: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    def _postgres_sql(self, dialect: Dialect, parameters: dict[str, Any]) -> tuple[str, Mapping[str, Any]]:
         """The SQL and the values to run it with (IN lists expanded)."""
         compiled, constants = self._compiled_for(dialect)
         if compiled.post_compile_params:
@@ -65,7 +66,7 @@ class HotStatement:
             return expanded.statement, expanded.parameters
         return compiled.string, {**constants, **parameters}
 
-    def _compiled_for(self, dialect: Dialect) -> tuple[Compiled, dict[str, Any]]:
+    def _compiled_for(self, dialect: Dialect) -> tuple[SQLCompiler, dict[str, Any]]:
         """The statement compiled for Postgres, and the values of its own constant parameters."""
         if self._postgres is None:
             compiled = self.statement.compile(dialect=dialect)
@@ -88,8 +89,13 @@ def pipelined(db_session: Session) -> Iterator[None]:
         if connection is None:
             yield
             return
-        with connection.connection.dbapi_connection.pipeline():
+        with _psycopg(connection).pipeline():
             yield
+
+
+def _psycopg(connection: Connection) -> psycopg.Connection:
+    """The psycopg connection under a Postgres connection of SQLAlchemy's."""
+    return cast(psycopg.Connection, connection.connection.dbapi_connection)
 
 
 @contextmanager
@@ -106,7 +112,8 @@ def _driver(db_session: Session) -> Iterator[Connection | None]:
         yield connection
     except psycopg.Error as error:
         dbapi_connection = connection.connection.dbapi_connection
-        invalidated = connection.dialect.is_disconnect(error, dbapi_connection, None)
+        # SQLAlchemy types the error as its DB-API protocol's own Error class, which no driver's error is.
+        invalidated = connection.dialect.is_disconnect(error, dbapi_connection, None)  # type: ignore[arg-type]
         if invalidated:
             connection.invalidate(error)
         raise DBAPIError.instance(

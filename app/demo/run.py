@@ -279,7 +279,8 @@ def print_leaderboard(leaderboard: dict, accuracies: dict[str, float]) -> float:
     """The MAD leaderboard beside each classifier's true held-out accuracy; returns SRCC of the two ranks."""
     rows = sorted(leaderboard["classifiers"], key=lambda row: row["mad_rank"])
     true_rank = {
-        name: rank for rank, name in enumerate(sorted(accuracies, key=accuracies.get, reverse=True), 1)
+        name: rank
+        for rank, name in enumerate(sorted(accuracies, key=accuracies.__getitem__, reverse=True), 1)
     }
     table = Table(title="MAD leaderboard of the digits competition")
     for column in ("MAD rank", "classifier", "score", "interval", "true acc.", "true rank"):

@@ -6,6 +6,7 @@ import numpy as np
 import safetensors.torch
 import timm
 import torch
+from PIL import Image
 
 from workers.inference import decode_image, uint8_transform
 
@@ -13,10 +14,18 @@ BATCH_SIZE = 32
 LEARNING_RATE = 3e-3
 
 
+def _decoded(path: Path) -> Image.Image:
+    """A demo image decoded as the worker decodes it."""
+    image = decode_image(path.read_bytes())
+    if image is None:
+        raise ValueError(f"{path} is not an image Pillow can decode")
+    return image
+
+
 def preprocess(paths: list[Path], data_config: dict) -> torch.Tensor:
     """The images as the worker feeds them to the model: timm's eval transform, then mean/std."""
     transform = uint8_transform(data_config)
-    images = torch.stack([transform(decode_image(path.read_bytes())) for path in paths]).float() / 255
+    images = torch.stack([transform(_decoded(path)) for path in paths]).float() / 255
     mean = torch.tensor(data_config["mean"]).view(1, 3, 1, 1)
     std = torch.tensor(data_config["std"]).view(1, 3, 1, 1)
     return (images - mean) / std

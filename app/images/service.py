@@ -10,6 +10,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future, wait
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 from sqlalchemy import func, select
@@ -62,9 +63,12 @@ class ImportReport:
         return len(self.added) + len(self.duplicates) + len(self.rejected) + len(self.skipped)
 
 
-def batched(entries: Iterable[ImportItem], size: int, max_bytes: int) -> Iterator[list[ImportItem]]:
+Entry = TypeVar("Entry", bound=ImportItem)
+
+
+def batched(entries: Iterable[Entry], size: int, max_bytes: int) -> Iterator[list[Entry]]:
     """Consecutive lists of at most `size` entries, each ending early once its files hold max_bytes."""
-    batch: list[ImportItem] = []
+    batch: list[Entry] = []
     held = 0
     for entry in entries:
         batch.append(entry)
@@ -369,11 +373,11 @@ def image_counts(*, db_session: Session) -> dict[int, int]:
 
 def competition_image_count(*, db_session: Session, competition_id: int) -> int:
     """Number of images (ordinals 0..n-1) in a competition."""
-    return db_session.scalar(
+    return db_session.execute(
         select(func.count())
         .select_from(CompetitionImage)
         .where(CompetitionImage.competition_id == competition_id)
-    )
+    ).scalar_one()
 
 
 def image_id_in_competition(*, db_session: Session, competition: Competition, sha256: str) -> int:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO
+from typing import IO, BinaryIO
 
 from app.settings import Settings
 
@@ -117,7 +117,7 @@ def too_large_reason(size: int, max_bytes: int) -> str:
     return f"file of {size:,} bytes is over the {max_bytes:,}-byte limit"
 
 
-def _read_limited(stream: BinaryIO, max_bytes: int) -> bytes | None:
+def _read_limited(stream: IO[bytes], max_bytes: int) -> bytes | None:
     """At most max_bytes from a stream; None when there is more."""
     data = stream.read(max_bytes + 1)
     return None if len(data) > max_bytes else data
@@ -212,28 +212,35 @@ def archive_entries(stream: BinaryIO, archive_name: str, limits: ReadLimits) -> 
         yield from _tar_entries(archive, archive_name, limits, compressed_bytes)
 
 
+ZIP_END = struct.Struct("<4s4H2LH")
+"""A zip's end-of-central-directory record, signed PK\\5\\6 (APPNOTE.TXT 4.3.16)."""
+ZIP64_LOCATOR = struct.Struct("<4sLQL")
+"""The zip64 end-of-central-directory locator, signed PK\\6\\7 (APPNOTE.TXT 4.3.15)."""
+ZIP64_END = struct.Struct("<4sQ2H2L4Q")
+"""The zip64 end-of-central-directory record, signed PK\\6\\6 (APPNOTE.TXT 4.3.14)."""
+
+
 def zip_member_count(stream: BinaryIO) -> int | None:
     """How many members a zip's end-of-central-directory record (zip64's if present) declares, read
-    without loading the directory (whose entries take ~500 bytes of memory each); None if there is none.
-    The record layouts are the zipfile module's (APPNOTE.TXT 4.3.14-4.3.16)."""
+    without loading the directory (whose entries take ~500 bytes of memory each); None if there is none."""
     size = stream.seek(0, io.SEEK_END)
-    tail_start = max(0, size - zipfile.sizeEndCentDir - 0xFFFF)  # the record, then at most a 64 KiB comment
+    tail_start = max(0, size - ZIP_END.size - 0xFFFF)  # the record, then at most a 64 KiB comment
     stream.seek(tail_start)
     tail = stream.read()
     stream.seek(0)
-    at = tail.rfind(zipfile.stringEndArchive)
-    if at < 0 or len(tail) - at < zipfile.sizeEndCentDir:
+    at = tail.rfind(b"PK\x05\x06")
+    if at < 0 or len(tail) - at < ZIP_END.size:
         return None
-    members = struct.unpack(zipfile.structEndArchive, tail[at : at + zipfile.sizeEndCentDir])[4]
-    locator = tail[max(0, at - zipfile.sizeEndCentDir64Locator) : at]
-    if members != 0xFFFF or not locator.startswith(zipfile.stringEndArchive64Locator):
+    members = ZIP_END.unpack(tail[at : at + ZIP_END.size])[4]
+    locator = tail[max(0, at - ZIP64_LOCATOR.size) : at]
+    if members != 0xFFFF or not locator.startswith(b"PK\x06\x07"):
         return members
-    stream.seek(struct.unpack(zipfile.structEndArchive64Locator, locator)[2])
-    record = stream.read(zipfile.sizeEndCentDir64)
+    stream.seek(ZIP64_LOCATOR.unpack(locator)[2])
+    record = stream.read(ZIP64_END.size)
     stream.seek(0)
-    if len(record) < zipfile.sizeEndCentDir64 or not record.startswith(zipfile.stringEndArchive64):
+    if len(record) < ZIP64_END.size or not record.startswith(b"PK\x06\x06"):
         return None
-    return struct.unpack(zipfile.structEndArchive64, record)[7]
+    return ZIP64_END.unpack(record)[7]
 
 
 def count_archive_members(stream: BinaryIO) -> int | None:
@@ -344,7 +351,8 @@ def _tar_entries(
     allowance = limits.archive_allowance(compressed_bytes)
     try:
         while (member := archive.next()) is not None:
-            archive.members.clear()  # TarFile keeps every header it read; a stream needs none of them
+            # TarFile keeps every header it read in .members (undocumented, so untyped); a stream needs none.
+            archive.members.clear()  # type: ignore[attr-defined]
             if member.isdir():
                 continue
             expanded = member.offset_data + member.size

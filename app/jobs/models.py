@@ -37,6 +37,20 @@ class Job(Base):
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
 
+    @property
+    def shard(self) -> tuple[int, int]:
+        """A predict job's ordinals [start, end)."""
+        if self.shard_start is None or self.shard_end is None:
+            raise ValueError(f"job {self.id} is a {self.kind.value} job: it has no shard")
+        return self.shard_start, self.shard_end
+
+    @property
+    def classifier_b_id(self) -> int:
+        """A select job's second classifier (classifier_id is the first)."""
+        if self.other_classifier_id is None:
+            raise ValueError(f"job {self.id} is a {self.kind.value} job: it has no classifier pair")
+        return self.other_classifier_id
+
 
 class WorkerSighting(Base):
     """When a worker last asked for work or sent a heartbeat, by the name it gives (admin pages and `mad

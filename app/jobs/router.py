@@ -54,9 +54,10 @@ def _claimed(db_session, job: Job) -> ClaimedJob:
         lease_expires_at=job.lease_expires_at,
     )
     if job.kind == JobKind.predict:
-        classifier = db_session.get(Classifier, job.classifier_id)
+        classifier = db_session.get_one(Classifier, job.classifier_id)
+        shard_start, shard_end = job.shard
         images = service.shard_images(
-            db_session=db_session, competition_id=job.competition_id, start=job.shard_start, end=job.shard_end
+            db_session=db_session, competition_id=job.competition_id, start=shard_start, end=shard_end
         )
         claimed.predict = PredictTask(
             classifier_id=classifier.id,
@@ -68,8 +69,8 @@ def _claimed(db_session, job: Job) -> ClaimedJob:
             weights_format=classifier.weights_format,
             data_config=classifier.data_config,
             num_classes=len(competition.class_keys),
-            shard_start=job.shard_start,
-            shard_end=job.shard_end,
+            shard_start=shard_start,
+            shard_end=shard_end,
             images=[
                 ImageRef(ordinal=ordinal, sha256=sha256, format=image_format)
                 for ordinal, sha256, image_format, _ in images
@@ -78,7 +79,7 @@ def _claimed(db_session, job: Job) -> ClaimedJob:
     else:
         claimed.select = SelectTask(
             classifier_a_id=job.classifier_id,
-            classifier_b_id=job.other_classifier_id,
+            classifier_b_id=job.classifier_b_id,
             num_images=competition_image_count(db_session=db_session, competition_id=competition.id),
             k=competition.k,
             reserve_size=competition.k,
@@ -130,10 +131,11 @@ def shard_images_archive(
     """The images of ordinals [start, end) of the job's shard, for the worker holding its lease: a worker
     that cannot read the blob store itself asks for its images a batch at a time here, not one by one."""
     job = service.leased_predict_job(db_session=db_session, job_id=job_id, lease_token=lease_token)
-    start = job.shard_start if start is None else start
-    end = job.shard_end if end is None else end
-    if not job.shard_start <= start <= end <= job.shard_end:
-        raise InvalidInput(f"ordinals {start}..{end} are outside shard {job.shard_start}..{job.shard_end}")
+    shard_start, shard_end = job.shard
+    start = shard_start if start is None else start
+    end = shard_end if end is None else end
+    if not shard_start <= start <= end <= shard_end:
+        raise InvalidInput(f"ordinals {start}..{end} are outside shard {shard_start}..{shard_end}")
     images = service.shard_images(
         db_session=db_session, competition_id=job.competition_id, start=start, end=end
     )

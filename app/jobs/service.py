@@ -209,9 +209,9 @@ def _lease(job: Job, *, worker: str, now, lease_seconds: int) -> None:
 
 def unfinished_count(*, db_session: Session) -> int:
     """Jobs queued or running anywhere: work that is or may again become claimable."""
-    return db_session.scalar(
+    return db_session.execute(
         select(func.count()).where(Job.status.in_([JobStatus.queued, JobStatus.running]))
-    )
+    ).scalar_one()
 
 
 def heartbeat(
@@ -223,13 +223,14 @@ def heartbeat(
     held, owners = {}, set()
     for job_id, lease_token, progress_done in leases:
         job = db_session.scalar(select(Job).where(Job.id == job_id).with_for_update())
-        still_held = job is not None and job.status == JobStatus.running and job.lease_token == lease_token
-        if still_held:
+        if job is not None and job.status == JobStatus.running and job.lease_token == lease_token:
             owners.add(job.lease_owner)
             job.lease_expires_at = now + timedelta(seconds=lease_seconds)
             job.heartbeat_at = now
             job.progress_done = min(max(progress_done, 0), job.progress_total)
-        held[job_id] = still_held
+            held[job_id] = True
+        else:
+            held[job_id] = False
     workers.seen(db_session=db_session, workers=owners, now=now)
     db_session.flush()
     return held
@@ -291,7 +292,7 @@ def _fail_permanently(*, db_session: Session, job: Job, error: str, now) -> None
     job.lease_expires_at = None
     if job.kind != JobKind.predict:
         return
-    classifier = db_session.get(Classifier, job.classifier_id)
+    classifier = db_session.get_one(Classifier, job.classifier_id)
     classifier.status = ClassifierStatus.failed
     classifier.error = error
     for sibling in db_session.scalars(
@@ -323,21 +324,22 @@ def complete_predict(
     lock_competition_of_job(db_session=db_session, job_id=job_id)  # enqueue_selections below needs it too
     job = held_job(db_session=db_session, job_id=job_id, lease_token=lease_token, kind=JobKind.predict)
     if job is None:
-        return db_session.get(Job, job_id)
-    expected = job.shard_end - job.shard_start
+        return db_session.get_one(Job, job_id)
+    shard_start, shard_end = job.shard
+    expected = shard_end - shard_start
     if len(predictions) != expected:
         raise InvalidInput(f"job {job_id} covers {expected} images, the upload has {len(predictions)} rows")
     competition = db_session.get_one(Competition, job.competition_id)
     _check_shard_values(job_id, predictions, len(competition.class_keys))
     with storage_errors(f"the predictions of job {job_id}"):  # no partial file; the job stays running
-        PredictionStore(settings.blob_store).write_shard(job.classifier_id, job.shard_start, predictions)
+        PredictionStore(settings.blob_store).write_shard(job.classifier_id, shard_start, predictions)
     mark_done(db_session=db_session, job=job)
     unfinished = db_session.scalar(
         select(func.count()).where(
             Job.classifier_id == job.classifier_id, Job.kind == JobKind.predict, Job.status != JobStatus.done
         )
     )
-    classifier = db_session.get(Classifier, job.classifier_id)
+    classifier = db_session.get_one(Classifier, job.classifier_id)
     if unfinished == 0 and classifier.status == ClassifierStatus.predicting:
         classifier.status = ClassifierStatus.ready
         enqueue_selections(
@@ -366,8 +368,8 @@ def complete_select(*, db_session: Session, job_id: int, lease_token: str, selec
     """Store the pair's selected images and reserve (S_ij, Algorithm 1 line 10) and finish the job."""
     job = held_job(db_session=db_session, job_id=job_id, lease_token=lease_token, kind=JobKind.select)
     if job is None:
-        return db_session.get(Job, job_id)
-    competition = db_session.get(Competition, job.competition_id)
+        return db_session.get_one(Job, job_id)
+    competition = db_session.get_one(Competition, job.competition_id)
     image_id_by_ordinal = dict(
         db_session.execute(
             select(CompetitionImage.ordinal, CompetitionImage.image_id).where(
@@ -401,7 +403,7 @@ def complete_select(*, db_session: Session, job_id: int, lease_token: str, selec
         db_session=db_session,
         competition=competition,
         classifier_a_id=job.classifier_id,
-        classifier_b_id=job.other_classifier_id,
+        classifier_b_id=job.classifier_b_id,
         entries=entries,
     )
     mark_done(db_session=db_session, job=job)

@@ -24,6 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import ColumnClause
 
 from app.competitions.models import Competition, CompetitionMember
 from app.db.statements import HotStatement
@@ -56,10 +57,10 @@ _api_tokens = ApiToken.__table__
 _competitions = Competition.__table__
 _quality_flags = QualityFlag.__table__
 _members = CompetitionMember.__table__
-_LEASED = literal_column(f"'{AssignmentStatus.leased.value}'")
+_LEASED: ColumnClause[str] = literal_column(f"'{AssignmentStatus.leased.value}'")
 """The status written into the SQL, not bound: with a bound status Postgres planned the hot statements
 afresh on every call (its estimate for 'leased', a rare status, beat the generic plan's every time)."""
-_SKIPPED = literal_column(f"'{AssignmentStatus.skipped.value}'")
+_SKIPPED: ColumnClause[str] = literal_column(f"'{AssignmentStatus.skipped.value}'")
 
 # The caller of a labelling request ---------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ the lock that serialises every change to the votes on its questions.
 import random
 from collections.abc import Iterable, Sequence
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import Select, delete, func, select
 from sqlalchemy.orm import Session
 
 from app.classifiers.models import Classifier
@@ -50,7 +50,7 @@ def store_pair_subset(
     """
     if classifier_a_id >= classifier_b_id:
         raise InvalidInput("a pair is stored with classifier_a_id < classifier_b_id")
-    existing = _find_subset(db_session, classifier_a_id, classifier_b_id)
+    existing = db_session.scalar(_subset_of(classifier_a_id, classifier_b_id))
     if existing is not None:
         return existing
     rows = [_entry_row(entry, len(competition.class_keys)) for entry in entries]
@@ -67,7 +67,7 @@ def store_pair_subset(
         .returning(PairSubset.id)
     )
     if subset_id is None:  # another transaction stored the same pair first
-        return _find_subset(db_session, classifier_a_id, classifier_b_id)
+        return db_session.execute(_subset_of(classifier_a_id, classifier_b_id)).scalar_one()
     unusable = _unusable_images(db_session, competition, [row["image_id"] for row in rows[: competition.k]])
     for position, row in enumerate(rows):
         if position >= competition.k:
@@ -89,12 +89,10 @@ def store_pair_subset(
     return db_session.get_one(PairSubset, subset_id)
 
 
-def _find_subset(db_session: Session, classifier_a_id: int, classifier_b_id: int) -> PairSubset | None:
-    """The stored subset of a pair, if any."""
-    return db_session.scalar(
-        select(PairSubset).where(
-            PairSubset.classifier_a_id == classifier_a_id, PairSubset.classifier_b_id == classifier_b_id
-        )
+def _subset_of(classifier_a_id: int, classifier_b_id: int) -> Select[PairSubset]:
+    """The query of a pair's stored subset."""
+    return select(PairSubset).where(
+        PairSubset.classifier_a_id == classifier_a_id, PairSubset.classifier_b_id == classifier_b_id
     )
 
 

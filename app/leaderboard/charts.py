@@ -35,7 +35,8 @@ def viridis(value: float) -> tuple[int, int, int]:
     for (low, low_rgb), (high, high_rgb) in zip(VIRIDIS, VIRIDIS[1:], strict=False):
         if value <= high:
             t = (value - low) / (high - low)
-            return tuple(round(a + (b - a) * t) for a, b in zip(low_rgb, high_rgb, strict=True))
+            red, green, blue = (round(a + (b - a) * t) for a, b in zip(low_rgb, high_rgb, strict=True))
+            return red, green, blue
     return VIRIDIS[-1][1]
 
 

@@ -186,4 +186,4 @@ def _decided_outcomes(
             Question.outcome.is_not(None),
         )
     )
-    return {(image_id, class_index): outcome for image_id, class_index, outcome in rows}
+    return {(row.image_id, row.class_index): bool(row.outcome) for row in rows}

@@ -12,7 +12,7 @@ outcome_a and outcome_b are both known; with the questions export's decision tim
 import io
 import json
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
-from sqlalchemy import select, tuple_
+from sqlalchemy import Row, select, tuple_
 from sqlalchemy.orm import Session, aliased, sessionmaker
 
 from app.classifiers.models import Classifier
@@ -65,7 +65,7 @@ class ExportTable:
 
 
 def rows_in_batches(
-    source: ExportSource, schema: pa.Schema, query: Callable[[Session, tuple | None], list], row
+    source: ExportSource, schema: pa.Schema, query: Callable[[Session, tuple | None], Sequence[Row]], row
 ) -> Iterator[pa.RecordBatch]:
     """Record batches from `query(session, after)`, which returns up to BATCH_ROWS rows after the keyset
     position `after` (None at the start); `row(result, competition)` gives a row's (key, values)."""
@@ -104,7 +104,7 @@ VOTES_SCHEMA = pa.schema(
 def _votes_batches(source: ExportSource, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """Every vote, by id; `counted`: it counts towards its question's majority (not gold, not excluded)."""
 
-    def query(session: Session, after: tuple | None) -> list:
+    def query(session: Session, after: tuple | None) -> Sequence[Row]:
         statement = (
             select(Vote, Question.class_index, Question.gold_answer, Image.sha256, User.votes_excluded)
             .join(Question, Question.id == Vote.question_id)
@@ -158,7 +158,7 @@ QUESTIONS_SCHEMA = pa.schema(
 def _questions_batches(source: ExportSource, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """Every question (image, class) with its outcome (null while open) and its counted votes."""
 
-    def query(session: Session, after: tuple | None) -> list:
+    def query(session: Session, after: tuple | None) -> Sequence[Row]:
         statement = (
             select(Question, Image.sha256)
             .join(Image, Image.id == Question.image_id)
@@ -224,7 +224,7 @@ def _subsets_batches(source: ExportSource, schema: pa.Schema) -> Iterator[pa.Rec
     and the image's provenance (where it was imported from; source page, license and author)."""
     classifier_a, classifier_b = aliased(Classifier), aliased(Classifier)
 
-    def query(session: Session, after: tuple | None) -> list:
+    def query(session: Session, after: tuple | None) -> Sequence[Row]:
         statement = (
             with_pair_questions(
                 select(

@@ -13,7 +13,7 @@ endpoints take the database in short steps (DatabaseSteps), never holding the ga
 import csv
 import io
 from collections.abc import Callable
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, Depends, Query, Request, status
 from fastapi.responses import Response, StreamingResponse
@@ -122,7 +122,8 @@ async def _competition_read(
 @router.get(
     "/competitions/{competition_id}/leaderboard",
     summary="The leaderboard (JSON or CSV)",
-    responses={200: {"content": {"text/csv": {}}}} | error_responses(404, 409, 422),
+    response_model=LeaderboardRead,
+    responses={200: {"content": {"text/csv": {}}}, **error_responses(404, 409, 422)},
 )
 async def read_leaderboard(
     request: Request,
@@ -138,7 +139,7 @@ async def read_leaderboard(
             "KRCC, case shares). The JSON holds them all."
         ),
     ] = None,
-) -> LeaderboardRead:
+) -> LeaderboardRead | Response:
     """The MAD ranking from the decided questions: Perron score and rank with seeded bootstrap intervals,
     HodgeRank / Bradley–Terry / win-rate ranks, labelled images, reported accuracy, accuracy rank and
     Δrank (Table 1), SRCC and KRCC, λmax and consistency index, case shares, and matrices A, B and n.
@@ -252,7 +253,9 @@ def read_snapshot(slug: str, db_session: SessionDep) -> SnapshotWithLeaderboard:
     return snapshots.snapshot_with_leaderboard(snapshots.get_snapshot(db_session=db_session, slug=slug))
 
 
-EXPORT_RESPONSES = {200: {"content": {media_type: {} for media_type in exports.MEDIA_TYPES.values()}}}
+EXPORT_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"content": {media_type: {} for media_type in exports.MEDIA_TYPES.values()}}
+}
 FormatQuery = Annotated[exports.ExportFormat, Query(description=FORMAT_DESCRIPTION)]
 EXPORTS = {
     "subsets": (
@@ -312,7 +315,7 @@ def _add_export_endpoint(table: str, summary: str, description: str) -> None:
         methods=["GET"],
         name=f"export_{table}",
         response_class=StreamingResponse,
-        responses=EXPORT_RESPONSES | error_responses(401, 403, 404, 422),
+        responses={**EXPORT_RESPONSES, **error_responses(401, 403, 404, 422)},
         summary=summary,
         description=description,
     )

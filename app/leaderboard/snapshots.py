@@ -17,11 +17,11 @@ def freeze_leaderboard(
 ) -> LeaderboardSnapshot:
     """Store the leaderboard as it is now under the slug <competition>-<n>, n counting its snapshots."""
     lock_competition(db_session=db_session, competition_id=competition.id)
-    taken = db_session.scalar(
+    taken = db_session.execute(
         select(func.count())
         .select_from(LeaderboardSnapshot)
         .where(LeaderboardSnapshot.competition_id == competition.id)
-    )
+    ).scalar_one()
     snapshot = LeaderboardSnapshot(
         competition_id=competition.id,
         slug=f"{competition.name}-{taken + 1}",

@@ -150,7 +150,8 @@ def compute_leaderboard(*, db_session: Session, competition: Competition) -> Lea
     standings = []
     for i, classifier in enumerate(classifiers):
         spread = int(intervals.rank_high[i] - intervals.rank_low[i])
-        accuracy_rank, mad_rank_among_reported = comparison.ranks.get(i, (None, None))
+        reported = comparison.ranks.get(i)
+        accuracy_rank, mad_rank_among_reported = (None, None) if reported is None else reported
         standings.append(
             ClassifierStanding(
                 classifier_id=classifier.id,
@@ -174,7 +175,7 @@ def compute_leaderboard(*, db_session: Session, competition: Competition) -> Lea
                 reported_accuracy=classifier.reported_accuracy,
                 accuracy_rank=accuracy_rank,
                 mad_rank_among_reported=mad_rank_among_reported,
-                delta_rank=None if accuracy_rank is None else accuracy_rank - mad_rank_among_reported,
+                delta_rank=None if reported is None else reported[0] - reported[1],
             )
         )
     return LeaderboardRead(
@@ -249,14 +250,15 @@ def _accuracy_comparison(
 ) -> AccuracyComparison:
     """Accuracy rank and MAD rank over the classifiers that report an accuracy and have labelled images
     (a MAD rank without labels compares nothing), and their correlations."""
-    reporting = [
-        i
+    accuracies = {
+        i: classifier.reported_accuracy
         for i, classifier in enumerate(classifiers)
         if classifier.reported_accuracy is not None and not without_evidence[i]
-    ]
-    if not reporting:
+    }
+    if not accuracies:
         return AccuracyComparison({}, None, None)
-    accuracy_ranks = ranks_from_scores([classifiers[i].reported_accuracy for i in reporting])
+    reporting = list(accuracies)
+    accuracy_ranks = ranks_from_scores(list(accuracies.values()))
     mad_ranks = ranks_from_scores(mad_scores[reporting])
     ranks = {
         i: (int(accuracy_rank), int(mad_rank))

@@ -30,7 +30,8 @@ SESSION_GENERATION = "generation"
 class HasRole(Protocol):
     """An account as far as access checks go (a User, or the labelling hot path's lighter row)."""
 
-    role: Role
+    @property
+    def role(self) -> Role: ...
 
 
 UserWithRole = TypeVar("UserWithRole", bound=HasRole)
@@ -55,7 +56,7 @@ async def check_csrf(request: Request) -> None:
     """
     if request.method in SAFE_METHODS:
         return
-    sent = request.headers.get(CSRF_HEADER)
+    sent: object = request.headers.get(CSRF_HEADER)
     if sent is None and request.headers.get("content-type", "").startswith(
         ("application/x-www-form-urlencoded", "multipart/form-data")
     ):
@@ -144,6 +145,8 @@ def _active_user(db_session: Session, credentials: Credentials) -> User | None:
     """The active user owning the token, or the session's user while active and its session not ended."""
     if credentials.token is not None:
         return service.user_for_token(db_session=db_session, token=credentials.token)
+    if credentials.session_user_id is None:
+        return None
     return service.session_user(
         db_session=db_session,
         user_id=credentials.session_user_id,

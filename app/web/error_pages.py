@@ -1,8 +1,10 @@
 """Errors as pages: a browser opening a page that fails gets an HTML page with a way back; the API keeps
 its JSON errors ({"detail", "code"}) for every other caller."""
 
+import inspect
 import json
 from collections.abc import Awaitable, Callable
+from typing import Any
 from urllib.parse import quote, urlsplit
 
 from fastapi import FastAPI, Request
@@ -15,7 +17,7 @@ from app.users.models import User
 from app.users.service import session_user
 from app.web.templating import render
 
-Handler = Callable[[Request, Exception], Awaitable[Response]]
+Handler = Callable[[Request, Any], Response | Awaitable[Response]]
 
 TITLES = {
     400: "Bad request",
@@ -76,10 +78,12 @@ def _as_page(json_handler: Handler) -> Handler:
     """Wrap a JSON error handler: browsers asking for a page get error.html with the same status."""
 
     async def handler(request: Request, error: Exception) -> Response:
-        response = await json_handler(request, error)
+        response = json_handler(request, error)
+        if inspect.isawaitable(response):
+            response = await response
         if not wants_html(request) or response.status_code < 400 or not response.body:
             return response
-        detail = json.loads(response.body).get("detail", "")
+        detail = json.loads(bytes(response.body)).get("detail", "")
         status_code = response.status_code
         user = None if status_code == 503 else await run_in_threadpool(_signed_in_user, request)
         page = render(

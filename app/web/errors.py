@@ -2,12 +2,13 @@
 database's own errors as the MadErrors they mean, and request validation errors that always render."""
 
 import math
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 from sqlalchemy.exc import DataError, IntegrityError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -120,9 +121,13 @@ def install_error_handlers(app: FastAPI) -> None:
     """Map every MadError subclass to its status code, request validation errors to a 422 that never fails
     to render, the database's DataError to InvalidInput, its IntegrityError to Conflict, and its
     OperationalError and pool timeout to ServiceUnavailable."""
-    app.add_exception_handler(MadError, _mad_error_response)
-    app.add_exception_handler(RequestValidationError, _validation_error_response)
-    app.add_exception_handler(DataError, _data_error_response)
-    app.add_exception_handler(IntegrityError, _integrity_error_response)
-    app.add_exception_handler(OperationalError, _database_unavailable_response)
-    app.add_exception_handler(PoolTimeout, _database_unavailable_response)
+    handlers: dict[type[Exception], Callable[[Request, Any], Awaitable[Response]]] = {
+        MadError: _mad_error_response,
+        RequestValidationError: _validation_error_response,
+        DataError: _data_error_response,
+        IntegrityError: _integrity_error_response,
+        OperationalError: _database_unavailable_response,
+        PoolTimeout: _database_unavailable_response,
+    }
+    for error_class, handler in handlers.items():
+        app.add_exception_handler(error_class, handler)

@@ -77,7 +77,7 @@ async def login(
     account = await steps.run(lambda db: users_service.sign_in_account(db_session=db, username=username))
     async with request.app.state.password_gate:  # Argon2 takes 64 MiB a check: a few at a time
         matches = await run_in_threadpool(users_service.password_matches, account, password)
-    if not matches:
+    if account is None or not matches:
         await steps.run(lambda db: rate_limit.record_failure(db_session=db, now=utcnow(), **where))
         return render(
             request,
