@@ -25,6 +25,7 @@ from app.labelling.annotators import annotator_stats
 from app.labelling.gold import gold_questions
 from app.labelling.models import QualityFlagKind
 from app.labelling.quality import list_flags
+from app.labelling.types import LabellingSettings
 from app.leaderboard import snapshots
 from app.leaderboard.standings import compute_leaderboard
 from app.users import invitations
@@ -114,7 +115,7 @@ def admin_competition(
         classifiers=list_classifiers(db_session=db_session, competition_id=competition.id),
         sources=[source.value for source in ClassifierSource],
         board=compute_leaderboard(db_session=db_session, competition=competition),
-        annotators=annotator_stats(db_session=db_session, competition=competition),
+        annotators=annotator_stats(db_session=db_session, competition=LabellingSettings.of(competition)),
         excluded=excluded,
         recent_images=recent,
         snapshots=[

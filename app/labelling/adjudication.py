@@ -32,6 +32,7 @@ from app.labelling.models import (
     Verdict,
 )
 from app.labelling.subsets import ask, discard_item, pair_images_of
+from app.labelling.types import LabellingSettings
 from app.users.models import User
 
 
@@ -160,7 +161,7 @@ def adjudicate(
     if not reason:
         raise InvalidInput("give a reason: it is recorded with the verdict and exported")
     image_id = image_id_in_competition(db_session=db_session, competition=competition, sha256=image_sha256)
-    item = lock_item(db_session, competition, image_id)
+    item = lock_item(db_session, LabellingSettings.of(competition), image_id)
     if question_id is None:
         kind, before, after = _judge_image(db_session, competition, item, verdict)
     else:
@@ -236,21 +237,22 @@ def _judge_image(
         if item.discarded:
             _restore(db_session, competition, item)
     elif kind == AdjudicationKind.not_natural and not item.discarded:
-        discard_item(db_session, competition, item)
+        discard_item(db_session, LabellingSettings.of(competition), item)
     return kind, before, item.discarded
 
 
 def _restore(db_session: Session, competition: Competition, item: LabelItem) -> None:
     """Return a discarded image to every pair that selected it and ask its questions again."""
     item.discarded = False
-    returned = pair_images_of(db_session, competition, item.image_id, PairImageRole.discarded)
+    settings = LabellingSettings.of(competition)
+    returned = pair_images_of(db_session, settings, item.image_id, PairImageRole.discarded)
     for pair_image in returned:
         pair_image.role = PairImageRole.selected
     db_session.flush()
     if returned:
         classes = {label for row in returned for label in (row.label_a, row.label_b)}
-        ask(db_session, competition, {item.image_id: (min(row.position for row in returned), classes)})
-    refresh_needed(db_session, competition, [item])
+        ask(db_session, settings, {item.image_id: (min(row.position for row in returned), classes)})
+    refresh_needed(db_session, settings, [item])
 
 
 def adjudications(*, db_session: Session, competition: Competition) -> list[tuple[Adjudication, str]]:

@@ -27,7 +27,7 @@ from app.labelling.models import (
     Vote,
 )
 from app.labelling.subsets import discard_item
-from app.labelling.types import AnnotatorStats, LabellingCompetition
+from app.labelling.types import AnnotatorStats, LabellingSettings
 from app.users.models import User
 from app.users.service import set_active
 
@@ -83,12 +83,12 @@ def set_votes_excluded(*, db_session: Session, user: User, votes_excluded: bool)
         ).all()
     )
     for competition_id in sorted({competition_id for competition_id, _ in touched}):
-        competition = db_session.get_one(Competition, competition_id)
+        competition = LabellingSettings.of(db_session.get_one(Competition, competition_id))
         image_ids = sorted(image_id for cid, image_id in touched if cid == competition_id)
         redecide(db_session=db_session, competition=competition, image_ids=image_ids)
 
 
-def redecide(*, db_session: Session, competition: LabellingCompetition, image_ids: list[int]) -> None:
+def redecide(*, db_session: Session, competition: LabellingSettings, image_ids: list[int]) -> None:
     """Recount the counted votes and flags on these images (of annotators whose votes are not excluded) and
     re-decide their questions and items, the items locked first in id order."""
     items = lock_items(db_session, competition, image_ids)
@@ -133,7 +133,7 @@ def redecide(*, db_session: Session, competition: LabellingCompetition, image_id
 
 
 def annotator_stats(
-    *, db_session: Session, competition: LabellingCompetition, user_ids: Sequence[int] | None = None
+    *, db_session: Session, competition: LabellingSettings, user_ids: Sequence[int] | None = None
 ) -> list[AnnotatorStats]:
     """Answers (in total and since midnight UTC), flags, gold accuracy (of first answers, GoldAnswer) and
     mean seconds per annotator who took part in the competition, or of the given users."""
@@ -222,7 +222,7 @@ def images_left(*, db_session: Session, user_id: int, competition_id: int | None
     )
     gold_left = and_(Competition.gold_rate > 0, unanswered_gold, ~my_status(AssignmentStatus.skipped))
     query = (
-        select(LabelItem.competition_id, func.count())
+        select(LabelItem.competition_id, func.count().label("images"))
         .join(Competition, Competition.id == LabelItem.competition_id)
         .where(
             ~my_status(AssignmentStatus.done, AssignmentStatus.flagged),
@@ -232,4 +232,4 @@ def images_left(*, db_session: Session, user_id: int, competition_id: int | None
     )
     if competition_id is not None:
         query = query.where(LabelItem.competition_id == competition_id)
-    return {competition: count for competition, count in db_session.execute(query)}
+    return {row.competition_id: row.images for row in db_session.execute(query)}

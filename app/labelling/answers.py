@@ -32,7 +32,7 @@ from app.labelling.statements import (
     pending_questions,
 )
 from app.labelling.subsets import discard_item
-from app.labelling.types import Annotator, Answer, LabellingCompetition, SubmitResult
+from app.labelling.types import Answer, Labeller, LabellingSettings, SubmitResult
 
 
 @dataclass
@@ -51,7 +51,7 @@ class _Votes:
 
 
 def submit_answers(
-    *, db_session: Session, competition: LabellingCompetition, user: Annotator, answers: Sequence[Answer]
+    *, db_session: Session, competition: LabellingSettings, user: Labeller, answers: Sequence[Answer]
 ) -> SubmitResult:
     """Record an annotator's answers on one image; a strict majority of the panel decides a question and
     stops its asking (paper Sec. 3.1). Answers to questions decided meanwhile are not stored; resending an
@@ -114,7 +114,7 @@ def submit_answers(
 
 def _annotators_needed(
     db_session: Session,
-    competition: LabellingCompetition,
+    competition: LabellingSettings,
     questions: dict[int, _Votes],
     discarded: bool,
     new_gold_answers: list[dict],
@@ -161,7 +161,7 @@ def _check_may_answer(status: str | None) -> None:
         raise Conflict("you flagged this image as too difficult: undo the flag to answer it")
 
 
-def _step_up(db_session: Session, competition: LabellingCompetition, user: Annotator) -> None:
+def _step_up(db_session: Session, competition: LabellingSettings, user: Labeller) -> None:
     """A new answer or flag: the annotator climbs one step back towards their highest point."""
     STEP_UP.write(db_session, {"of_competition": competition.id, "of_user": user.id})
 
@@ -169,8 +169,8 @@ def _step_up(db_session: Session, competition: LabellingCompetition, user: Annot
 def flag_image(
     *,
     db_session: Session,
-    competition: LabellingCompetition,
-    user: Annotator,
+    competition: LabellingSettings,
+    user: Labeller,
     item_id: int,
     reason: FlagReason = FlagReason.too_difficult,
 ) -> bool:
@@ -217,7 +217,7 @@ def flag_image(
 
 
 def _has_pending(
-    db_session: Session, competition: LabellingCompetition, item: LabelItem, user: Annotator, now: datetime
+    db_session: Session, competition: LabellingSettings, item: LabelItem, user: Labeller, now: datetime
 ) -> bool:
     """Whether the image still has questions for the annotator (gold ones, or open ones unless discarded)."""
     pending = pending_questions(

@@ -14,6 +14,7 @@ from app.images.service import image_id_in_competition
 from app.labelling.items import lock_item, refresh_needed
 from app.labelling.models import Question
 from app.labelling.subsets import ask
+from app.labelling.types import LabellingSettings
 
 GOLD_SPREAD = 2**31 - 1
 """Queue position given to an image first asked as gold: last (an image keeps its lowest position)."""
@@ -50,8 +51,9 @@ def add_gold_questions(
             "a gold image needs two questions like every other image, or annotators can tell it apart: give "
             "two classes (one the image clearly lacks is fine), or pick an image a pair already asks about"
         )
-    ask(db_session, competition, {image_id: (GOLD_SPREAD, classes)})
-    item = lock_item(db_session, competition, image_id)
+    settings = LabellingSettings.of(competition)
+    ask(db_session, settings, {image_id: (GOLD_SPREAD, classes)})
+    item = lock_item(db_session, settings, image_id)
     questions = []
     for class_index, answer in answers:
         question = db_session.scalars(
@@ -67,7 +69,7 @@ def add_gold_questions(
         question.outcome = answer
         question.decided_at = utcnow()
         questions.append(question)
-    refresh_needed(db_session, competition, [item])
+    refresh_needed(db_session, settings, [item])
     return questions
 
 

@@ -25,12 +25,12 @@ from app.errors import NotFound
 from app.labelling import rules
 from app.labelling.models import AssignmentStatus, LabelItem, Question
 from app.labelling.statements import assignment_upsert
-from app.labelling.types import LabellingCompetition
+from app.labelling.types import LabellingSettings
 
 LEASE_TTL = timedelta(minutes=2)
 
 
-def lock_item(db_session: Session, competition: LabellingCompetition, image_id: int) -> LabelItem:
+def lock_item(db_session: Session, competition: LabellingSettings, image_id: int) -> LabelItem:
     """The item of an image, locked for this transaction (SQLite serialises writers anyway)."""
     item = db_session.scalar(
         select(LabelItem)
@@ -43,9 +43,7 @@ def lock_item(db_session: Session, competition: LabellingCompetition, image_id: 
     return item
 
 
-def lock_items(
-    db_session: Session, competition: LabellingCompetition, image_ids: list[int]
-) -> list[LabelItem]:
+def lock_items(db_session: Session, competition: LabellingSettings, image_ids: list[int]) -> list[LabelItem]:
     """The label items of these images, read afresh and locked in id order."""
     return list(
         db_session.scalars(
@@ -59,7 +57,7 @@ def lock_items(
 
 
 def questions_of_images(
-    db_session: Session, competition: LabellingCompetition, image_ids: list[int]
+    db_session: Session, competition: LabellingSettings, image_ids: list[int]
 ) -> list[Question]:
     """Every question on these images, read afresh."""
     return list(
@@ -71,7 +69,7 @@ def questions_of_images(
     )
 
 
-def refresh_needed(db_session: Session, competition: LabellingCompetition, items: list[LabelItem]) -> None:
+def refresh_needed(db_session: Session, competition: LabellingSettings, items: list[LabelItem]) -> None:
     """Recompute `needed` of these items from their questions."""
     by_image: dict[int, list[Question]] = {item.image_id: [] for item in items}
     for question in questions_of_images(db_session, competition, list(by_image)):

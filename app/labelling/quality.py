@@ -20,12 +20,12 @@ from app.labelling import checks
 from app.labelling.annotators import lock_annotator, set_votes_excluded
 from app.labelling.models import QualityDecision, QualityFlag, QualityFlagKind
 from app.labelling.statements import QUALITY_WINDOW
-from app.labelling.types import Annotator, LabellingCompetition
+from app.labelling.types import Labeller, LabellingSettings
 from app.users.models import User
 
 
 def check_answers(
-    db_session: Session, competition: LabellingCompetition, user: Annotator, now: datetime
+    db_session: Session, competition: LabellingSettings, user: Labeller, now: datetime
 ) -> str | None:
     """Check the annotator's latest answers and raise the flags they call for; returns why the annotator is
     now paused (a gold flag raised), or None."""

@@ -33,8 +33,8 @@ from app.labelling.statements import (
     pending_questions,
 )
 from app.labelling.types import (
-    Annotator,
-    LabellingCompetition,
+    Labeller,
+    LabellingSettings,
     NextItem,
     PresentedItem,
     PresentedQuestion,
@@ -54,15 +54,16 @@ class LabelSet:
 _label_sets: dict[tuple[int, datetime], LabelSet] = {}
 
 
-def _label_set(db_session: Session, competition: LabellingCompetition) -> LabelSet:
+def _label_set(db_session: Session, competition: LabellingSettings) -> LabelSet:
     """A competition's label set, read once per process: it never changes after the competition is created
     (keyed by id and creation time, so a reused id is never mistaken)."""
     key = (competition.id, competition.created_at)
     label_set = _label_sets.get(key)
     if label_set is None:
-        names, kind, source = db_session.execute(LABEL_SET, {"competition_id": competition.id}).one()
+        row = db_session.execute(LABEL_SET, {"competition_id": competition.id}).one()
+        names = row.class_names
         try:
-            taxonomy = cached_taxonomy(kind, source)
+            taxonomy = cached_taxonomy(row.taxonomy, row.taxonomy_source)
             definitions = tuple(taxonomy.definition(index) for index in range(len(names)))
         except TaxonomyError:  # its data is missing on this machine (WordNet): names only
             definitions = ("",) * len(names)
@@ -71,7 +72,7 @@ def _label_set(db_session: Session, competition: LabellingCompetition) -> LabelS
 
 
 def next_item(
-    *, db_session: Session, competition: LabellingCompetition, user: Annotator, not_now: int | None = None
+    *, db_session: Session, competition: LabellingSettings, user: Labeller, not_now: int | None = None
 ) -> NextItem:
     """Lease the annotator an image to label: the one they hold, else a gold one with probability gold_rate,
     else the queue's next, else (nothing else open to them) a gold one they have not answered, else one they
@@ -107,8 +108,8 @@ def next_item(
 
 def _lease_head(
     db_session: Session,
-    competition: LabellingCompetition,
-    user: Annotator,
+    competition: LabellingSettings,
+    user: Labeller,
     now: datetime,
     head: HotStatement,
     rejected: list[int],
@@ -129,7 +130,7 @@ def _lease_head(
 
 
 def _lease_gold(
-    db_session: Session, competition: LabellingCompetition, user: Annotator, now: datetime
+    db_session: Session, competition: LabellingSettings, user: Labeller, now: datetime
 ) -> PresentedItem | None:
     """Lease a random image with a gold question the annotator has not answered, on an image they did not
     flag; None when there is none, or when another request holds that item's lock (an undo of it, say):
@@ -146,11 +147,11 @@ def _lease_gold(
 
 def present(
     db_session: Session,
-    competition: LabellingCompetition,
+    competition: LabellingSettings,
     item_id: int,
     image_id: int,
     discarded: bool,
-    user: Annotator,
+    user: Labeller,
     now: datetime,
     capped: bool = False,
     first_question_id: int | None = None,

@@ -259,7 +259,7 @@ def annotators(
     and whether it is paused or its votes are excluded."""
     return [
         AnnotatorStatsRead.of(stats)
-        for stats in annotator_stats(db_session=db_session, competition=competition)
+        for stats in annotator_stats(db_session=db_session, competition=LabellingSettings.of(competition))
     ]
 
 

@@ -8,12 +8,10 @@ from app.db.base import utcnow
 from app.errors import Conflict, NotFound
 from app.labelling.items import set_assignment
 from app.labelling.models import Assignment, AssignmentStatus, LabelItem
-from app.labelling.types import Annotator, LabellingCompetition
+from app.labelling.types import Labeller, LabellingSettings
 
 
-def skip_item(
-    *, db_session: Session, competition: LabellingCompetition, user: Annotator, item_id: int
-) -> None:
+def skip_item(*, db_session: Session, competition: LabellingSettings, user: Labeller, item_id: int) -> None:
     """End the annotator's lease on an item without a vote or a flag, so that others may take it; the queue
     offers it to them again only once nothing else is left for them (app.labelling.queue). Only an image
     given to them and not yet answered, flagged or finished can be skipped (409); skipping again is a no-op.

@@ -30,7 +30,7 @@ from app.labelling.models import (
     Question,
 )
 from app.labelling.statements import ITEM_OF_IMAGE
-from app.labelling.types import LabellingCompetition, PairEntry
+from app.labelling.types import LabellingSettings, PairEntry
 
 SHUFFLE_RANGE = 2**31
 
@@ -68,7 +68,8 @@ def store_pair_subset(
     )
     if subset_id is None:  # another transaction stored the same pair first
         return db_session.execute(_subset_of(classifier_a_id, classifier_b_id)).scalar_one()
-    unusable = _unusable_images(db_session, competition, [row["image_id"] for row in rows[: competition.k]])
+    settings = LabellingSettings.of(competition)
+    unusable = _unusable_images(db_session, settings, [row["image_id"] for row in rows[: competition.k]])
     for position, row in enumerate(rows):
         if position >= competition.k:
             role = PairImageRole.reserve
@@ -80,12 +81,12 @@ def store_pair_subset(
     selected = [row for row in rows if row["role"] == PairImageRole.selected]
     ask(
         db_session,
-        competition,
+        settings,
         {row["image_id"]: (row["position"], (row["label_a"], row["label_b"])) for row in selected},
     )
     for row in rows[: competition.k]:
         if row["role"] == PairImageRole.discarded:
-            _promote_reserve(db_session, competition, subset_id, spread=row["position"])
+            _promote_reserve(db_session, settings, subset_id, spread=row["position"])
     return db_session.get_one(PairSubset, subset_id)
 
 
@@ -144,7 +145,7 @@ def _check_pair_inputs(
 
 
 def ask(
-    db_session: Session, competition: LabellingCompetition, images: dict[int, tuple[int, Iterable[int]]]
+    db_session: Session, competition: LabellingSettings, images: dict[int, tuple[int, Iterable[int]]]
 ) -> None:
     """Create the missing questions (image, class) and label items for {image_id: (spread, classes)}."""
     if not images:
@@ -198,9 +199,7 @@ def ask(
     refresh_needed(db_session, competition, items)
 
 
-def _unusable_images(
-    db_session: Session, competition: LabellingCompetition, image_ids: list[int]
-) -> set[int]:
+def _unusable_images(db_session: Session, competition: LabellingSettings, image_ids: list[int]) -> set[int]:
     """Those of these images that were discarded as too difficult or excluded by an admin."""
     discarded = db_session.scalars(
         select(LabelItem.image_id).where(
@@ -220,7 +219,7 @@ def _unusable_images(
 
 
 def _promote_reserve(
-    db_session: Session, competition: LabellingCompetition, subset_id: int, spread: int
+    db_session: Session, competition: LabellingSettings, subset_id: int, spread: int
 ) -> None:
     """The pair's next usable reserve image becomes selected and is asked (paper Sec. 3.1: the k+1-th)."""
     reserves = db_session.scalars(
@@ -239,7 +238,7 @@ def _promote_reserve(
 
 
 def pair_images_of(
-    db_session: Session, competition: LabellingCompetition, image_id: int, role: PairImageRole
+    db_session: Session, competition: LabellingSettings, image_id: int, role: PairImageRole
 ) -> list[PairImage]:
     """The rows of an image in every pair of the competition that holds it in this role."""
     return list(
@@ -255,7 +254,7 @@ def pair_images_of(
     )
 
 
-def discard_item(db_session: Session, competition: LabellingCompetition, item: LabelItem) -> None:
+def discard_item(db_session: Session, competition: LabellingSettings, item: LabelItem) -> None:
     """Discard a too-difficult image for every pair that selected it; each pair's next reserve replaces it."""
     item.discarded = True
     item.needed = 0
@@ -272,8 +271,9 @@ def discard_image(*, db_session: Session, competition: Competition, image_id: in
     (as when the panel finds it too difficult); False if it is not being labelled or was discarded already."""
     if db_session.scalar(ITEM_OF_IMAGE, {"competition_id": competition.id, "image_id": image_id}) is None:
         return False
-    item = lock_item(db_session, competition, image_id)
+    settings = LabellingSettings.of(competition)
+    item = lock_item(db_session, settings, image_id)
     if item.discarded:
         return False
-    discard_item(db_session, competition, item)
+    discard_item(db_session, settings, item)
     return True

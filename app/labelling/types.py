@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from app.competitions.models import Competition
-from app.users.models import Role, User
+from app.users.models import Role
 
 PairEntry = tuple[int, float, int, int, float, float]
 """One image of a pair's selection: (image_id, distance, label_a, label_b, prob_a, prob_b)."""
@@ -115,9 +115,14 @@ class LabellingSettings:
     gold_threshold: float
     gold_min_answers: int
 
-
-LabellingCompetition = Competition | LabellingSettings
-"""A competition as labelling reads it: the ORM row, or the few settings the hot path reads in one query
-with its caller (id, creation time, panel size, gold settings)."""
-Annotator = User | Labeller
-"""An annotator as labelling reads them: the ORM row, or the hot path's Labeller."""
+    @classmethod
+    def of(cls, competition: Competition) -> "LabellingSettings":
+        """The labelling settings of a competition's row."""
+        return cls(
+            competition.id,
+            competition.created_at,
+            competition.panel_size,
+            competition.gold_rate,
+            competition.gold_threshold,
+            competition.gold_min_answers,
+        )

@@ -10,10 +10,10 @@ from app.labelling import rules
 from app.labelling.items import lock_item, refresh_needed, set_assignment
 from app.labelling.models import AssignmentStatus, DifficultyFlag, Question, UndoDepth, Vote
 from app.labelling.queue import present
-from app.labelling.types import Annotator, LabellingCompetition, UndoResult
+from app.labelling.types import Labeller, LabellingSettings, UndoResult
 
 
-def undo_last(*, db_session: Session, competition: LabellingCompetition, user: Annotator) -> UndoResult:
+def undo_last(*, db_session: Session, competition: LabellingSettings, user: Labeller) -> UndoResult:
     """Take back the annotator's latest answer or flag and lease its image again, that question first.
 
     Only the ten most recent stay editable: undo stops ten steps below the highest point reached. Locks
@@ -63,7 +63,7 @@ def undo_last(*, db_session: Session, competition: LabellingCompetition, user: A
 
 
 def _latest_step(
-    db_session: Session, competition: LabellingCompetition, user: Annotator
+    db_session: Session, competition: LabellingSettings, user: Labeller
 ) -> tuple[Vote | DifficultyFlag, int] | None:
     """The annotator's latest answer or flag in the competition with its image id; None if neither."""
     vote = db_session.execute(
@@ -84,7 +84,7 @@ def _latest_step(
     return None if vote is None else (vote[0], vote[1])
 
 
-def _lock_undo_depth(db_session: Session, competition: LabellingCompetition, user: Annotator) -> UndoDepth:
+def _lock_undo_depth(db_session: Session, competition: LabellingSettings, user: Labeller) -> UndoDepth:
     """The annotator's undo row in the competition, created if missing (safe against a concurrent first
     undo) and locked."""
     db_session.execute(
