@@ -133,9 +133,10 @@ def admin_gold(request: Request, db_session: SessionDep, user: OptionalUser, com
         return admin
     by_image: dict[str, list[tuple[str, bool]]] = {}
     questions = gold_questions(db_session=db_session, competition=competition)
-    for question, sha256 in sorted(questions, key=lambda found: found[0].class_index):
+    for found in sorted(questions, key=lambda found: found.Question.class_index):
+        question = found.Question
         name = str(competition.class_names[question.class_index])
-        by_image.setdefault(sha256, []).append((name, bool(question.gold_answer)))
+        by_image.setdefault(found.sha256, []).append((name, bool(question.gold_answer)))
     return render(
         request,
         "admin_gold.html",

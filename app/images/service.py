@@ -405,8 +405,8 @@ def exclude_image(
     ).first()
     if row is None:
         raise NotFound(f"no image {sha256} in competition {competition.name!r}")
-    image, link = row
+    link = row.CompetitionImage
     link.excluded = True
     link.excluded_reason = reason
     db_session.flush()
-    return image, link
+    return row.Image, link

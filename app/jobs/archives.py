@@ -9,6 +9,7 @@ buffer that the blobs are read straight into (`BlobStore.read_many_into`) and th
 
 import tarfile
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import numpy as np
 
@@ -24,8 +25,14 @@ USTAR_TEMPLATE[124:136] = bytes(12)
 USTAR_TEMPLATE[148:156] = b" " * 8
 TEMPLATE_SUM = sum(USTAR_TEMPLATE)
 
-ArchiveImage = tuple[int, str, str, int]
-"""(ordinal, sha256, format, bytes) of one image of the archive."""
+
+class ArchiveImage(NamedTuple):
+    """One image of the archive: its ordinal in the competition, its blob's hash and format, its size."""
+
+    ordinal: int
+    sha256: str
+    format: str
+    size: int
 
 
 def member_name(ordinal: int, image_format: str) -> str:

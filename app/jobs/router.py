@@ -72,8 +72,7 @@ def _claimed(db_session, job: Job) -> ClaimedJob:
             shard_start=shard_start,
             shard_end=shard_end,
             images=[
-                ImageRef(ordinal=ordinal, sha256=sha256, format=image_format)
-                for ordinal, sha256, image_format, _ in images
+                ImageRef(ordinal=image.ordinal, sha256=image.sha256, format=image.format) for image in images
             ],
         )
     else:

@@ -29,6 +29,7 @@ from app.errors import Conflict, InvalidInput, NotFound, storage_errors
 from app.images.models import CompetitionImage, Image
 from app.images.service import competition_image_count
 from app.jobs import workers
+from app.jobs.archives import ArchiveImage
 from app.jobs.enums import JobKind, JobStatus
 from app.jobs.models import Job
 from app.labelling.subsets import store_pair_subset
@@ -410,10 +411,8 @@ def complete_select(*, db_session: Session, job_id: int, lease_token: str, selec
     return job
 
 
-def shard_images(
-    *, db_session: Session, competition_id: int, start: int, end: int
-) -> list[tuple[int, str, str, int]]:
-    """(ordinal, sha256, format, bytes) of the images with ordinals in [start, end), in order."""
+def shard_images(*, db_session: Session, competition_id: int, start: int, end: int) -> list[ArchiveImage]:
+    """The competition's images with ordinals in [start, end), in order."""
     rows = db_session.execute(
         select(CompetitionImage.ordinal, Image.sha256, Image.format, Image.bytes)
         .join(Image, Image.id == CompetitionImage.image_id)
@@ -424,7 +423,7 @@ def shard_images(
         )
         .order_by(CompetitionImage.ordinal)
     )
-    return [tuple(row) for row in rows]
+    return [ArchiveImage(row.ordinal, row.sha256, row.format, row.bytes) for row in rows]
 
 
 def leased_predict_job(*, db_session: Session, job_id: int, lease_token: str) -> Job:

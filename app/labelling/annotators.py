@@ -94,12 +94,12 @@ def redecide(*, db_session: Session, competition: LabellingSettings, image_ids: 
     items = lock_items(db_session, competition, image_ids)
     questions = questions_of_images(db_session, competition, image_ids)
     counted = {
-        question_id: (yes, no)
-        for question_id, yes, no in db_session.execute(
+        row.question_id: (row.yes, row.no)
+        for row in db_session.execute(
             select(
                 Vote.question_id,
-                func.sum(case((Vote.answer, 1), else_=0)),
-                func.sum(case((Vote.answer, 0), else_=1)),
+                func.sum(case((Vote.answer, 1), else_=0)).label("yes"),
+                func.sum(case((Vote.answer, 0), else_=1)).label("no"),
             )
             .join(User, User.id == Vote.user_id)
             .where(Vote.question_id.in_([q.id for q in questions]), ~User.votes_excluded)

@@ -3,7 +3,7 @@ their accuracy."""
 
 from collections.abc import Sequence
 
-from sqlalchemy import select
+from sqlalchemy import Row, select
 from sqlalchemy.orm import Session
 
 from app.competitions.models import Competition
@@ -73,13 +73,11 @@ def add_gold_questions(
     return questions
 
 
-def gold_questions(*, db_session: Session, competition: Competition) -> list[tuple[Question, str]]:
-    """Every gold question of the competition with its image's hash, oldest first."""
-    return list(
-        db_session.execute(
-            select(Question, Image.sha256)
-            .join(Image, Image.id == Question.image_id)
-            .where(Question.competition_id == competition.id, Question.gold_answer.is_not(None))
-            .order_by(Question.id)
-        ).all()
-    )
+def gold_questions(*, db_session: Session, competition: Competition) -> Sequence[Row[Question, str]]:
+    """Every gold question of the competition (.Question) with its image's hash (.sha256), oldest first."""
+    return db_session.execute(
+        select(Question, Image.sha256)
+        .join(Image, Image.id == Question.image_id)
+        .where(Question.competition_id == competition.id, Question.gold_answer.is_not(None))
+        .order_by(Question.id)
+    ).all()

@@ -21,10 +21,10 @@ QUESTION_B = aliased(Question, name="question_b")
 PAIR_OUTCOMES = (
     PairSubset.classifier_a_id,
     PairSubset.classifier_b_id,
-    QUESTION_A.outcome,
-    QUESTION_B.outcome,
+    QUESTION_A.outcome.label("correct_a"),
+    QUESTION_B.outcome.label("correct_b"),
 )
-"""The columns (a_id, b_id, correct_a, correct_b) of a labelled pair image."""
+"""The columns (classifier_a_id, classifier_b_id, correct_a, correct_b) of a labelled pair image."""
 
 
 def question_of_pair_image(question, label_column):
@@ -78,16 +78,16 @@ def pair_outcomes(*, db_session: Session, competition: Competition) -> dict[tupl
     """For every stored pair (a_id, b_id): an (n, 2) bool array (f_a correct, f_b correct) over its labelled
     images in selection order (outcome True: the image contains that class)."""
     outcomes: dict[tuple[int, int], list[tuple[bool, bool]]] = {
-        (a_id, b_id): []
-        for a_id, b_id in db_session.execute(
+        (pair.classifier_a_id, pair.classifier_b_id): []
+        for pair in db_session.execute(
             select(PairSubset.classifier_a_id, PairSubset.classifier_b_id)
             .where(PairSubset.competition_id == competition.id)
             .order_by(PairSubset.id)
         ).all()
     }
     rows = db_session.execute(labelled_pair_images(competition.id, *PAIR_OUTCOMES)).all()
-    for a_id, b_id, correct_a, correct_b in rows:
-        outcomes[(a_id, b_id)].append((correct_a, correct_b))
+    for row in rows:
+        outcomes[(row.classifier_a_id, row.classifier_b_id)].append((row.correct_a, row.correct_b))
     return {pair: np.array(labelled, dtype=bool).reshape(-1, 2) for pair, labelled in outcomes.items()}
 
 

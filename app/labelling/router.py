@@ -289,8 +289,8 @@ def add_gold(
 def list_gold(db_session: SessionDep, _admin: AdminUser, competition: CompetitionDep) -> list[GoldRead]:
     """Every gold question of the competition with its known answer."""
     return [
-        _gold_read(question, sha256, competition.class_names)
-        for question, sha256 in gold.gold_questions(db_session=db_session, competition=competition)
+        _gold_read(found.Question, found.sha256, competition.class_names)
+        for found in gold.gold_questions(db_session=db_session, competition=competition)
     ]
 
 

@@ -1,6 +1,8 @@
 """Where one classifier fails, on MAD labels: its worst classes and superclasses, its most perplexing
 images, and the stability of the ranking versus k (paper Fig. 5)."""
 
+from typing import NamedTuple
+
 import numpy as np
 from sqlalchemy import and_, case, select
 from sqlalchemy.orm import Session, aliased
@@ -37,6 +39,17 @@ MIN_SUPERCLASS_SUPPORT = 10
 PERPLEXING_SHOWN = 12
 
 
+class OwnPrediction(NamedTuple):
+    """The analysed classifier's prediction on an image of one of its pairs, and whether it was right
+    (None while undecided)."""
+
+    image_id: int
+    ordinal: int
+    label: int
+    prob: float
+    correct: bool | None
+
+
 def classifier_analysis(
     *, db_session: Session, settings: Settings, competition: Competition, classifier: Classifier
 ) -> ClassifierAnalysisRead:
@@ -44,9 +57,9 @@ def classifier_analysis(
     alpha = competition.smoothing
     pairs = ranked_pairs(db_session=db_session, competition=competition)
     judged = _own_predictions(db_session, competition, classifier)
-    decided = [(label, correct) for _, _, label, _, correct in judged if correct is not None]
-    predicted = np.array([label for label, _ in decided], dtype=np.int64)
-    correct = np.array([right for _, right in decided], dtype=bool)
+    decided = [own for own in judged if own.correct is not None]
+    predicted = np.array([own.label for own in decided], dtype=np.int64)
+    correct = np.array([own.correct for own in decided], dtype=bool)
     taxonomy = competition_taxonomy(competition)
     stability = (
         ranking_stability(pairs.outcomes, len(pairs.classifiers), k=competition.k, alpha=alpha)
@@ -77,10 +90,10 @@ def classifier_analysis(
 
 def _own_predictions(
     db_session: Session, competition: Competition, classifier: Classifier
-) -> list[tuple[int, int, int, float, bool | None]]:
-    """(image_id, ordinal, its label, its probability, outcome) on each image selected by one of its pairs
-    with no open question left (see pair_gallery: predictions are public once an image is decided), each
-    image once, in pair and selection order."""
+) -> list[OwnPrediction]:
+    """Its prediction on each image selected by one of its pairs with no open question left (see
+    pair_gallery: predictions are public once an image is decided), each image once, in pair and selection
+    order."""
     is_a = PairSubset.classifier_a_id == classifier.id
     question = aliased(Question)
     rows = db_session.execute(
@@ -113,12 +126,20 @@ def _own_predictions(
     ).all()
     seen: set[int] = set()
     own = []
-    for image_id, ordinal, label_a, label_b, prob_a, prob_b, a_id, outcome in rows:
-        if image_id in seen:
+    for row in rows:
+        if row.image_id in seen:
             continue
-        seen.add(image_id)
-        mine = a_id == classifier.id
-        own.append((image_id, ordinal, label_a if mine else label_b, prob_a if mine else prob_b, outcome))
+        seen.add(row.image_id)
+        mine = row.classifier_a_id == classifier.id
+        own.append(
+            OwnPrediction(
+                row.image_id,
+                row.ordinal,
+                row.label_a if mine else row.label_b,
+                row.prob_a if mine else row.prob_b,
+                row.outcome,
+            )
+        )
     return own
 
 
@@ -140,14 +161,14 @@ def _perplexing_images(
     settings: Settings,
     competition: Competition,
     classifiers: list[Classifier],
-    own: list[tuple[int, int, int, float, bool | None]],
+    own: list[OwnPrediction],
 ) -> list[PerplexityImage]:
     """The classifier's pair images with the highest C-perplexity over the ranked classifiers, with their
     X-perplexity on MAD labels (Example Perplexity, Sec. 2)."""
     if not own or not classifiers:
         return []
-    image_ids = [image_id for image_id, _, _, _, _ in own]
-    ordinals = np.array([ordinal for _, ordinal, _, _, _ in own], dtype=np.int64)
+    image_ids = [prediction.image_id for prediction in own]
+    ordinals = np.array([prediction.ordinal for prediction in own], dtype=np.int64)
     n_images = competition_image_count(db_session=db_session, competition_id=competition.id)
     predictions = [readable_predictions(settings, classifier, n_images) for classifier in classifiers]
     confusion = c_perplexity(np.stack([p.entropy_bits[ordinals] for p in predictions]).astype(np.float64))
@@ -163,13 +184,13 @@ def _perplexing_images(
     most_confusing = [i for i in np.argsort(-confusion, kind="stable") if np.isfinite(confusion[i])]
     return [
         PerplexityImage(
-            image_sha256=sha256_of[own[i][0]],
-            thumbnail_url=f"/thumbnails/{sha256_of[own[i][0]]}",
+            image_sha256=sha256_of[own[i].image_id],
+            thumbnail_url=f"/thumbnails/{sha256_of[own[i].image_id]}",
             c_perplexity=float(confusion[i]),
             x_perplexity=finite_or_none(float(mistakes[i])),
-            label=str(competition.class_names[own[i][2]]),
-            prob=own[i][3],
-            correct=own[i][4],
+            label=str(competition.class_names[own[i].label]),
+            prob=own[i].prob,
+            correct=own[i].correct,
         )
         for i in most_confusing[:PERPLEXING_SHOWN]
     ]

@@ -119,19 +119,19 @@ def _votes_batches(source: ExportSource, schema: pa.Schema) -> Iterator[pa.Recor
         return session.execute(statement).all()
 
     def row(result, competition: Competition) -> tuple[tuple, dict]:
-        vote, class_index, gold_answer, sha256, votes_excluded = result
+        vote = result.Vote
         return (vote.id,), {
             "vote_id": vote.id,
             "question_id": vote.question_id,
-            "image_sha256": sha256,
-            "class_index": class_index,
-            "class_key": str(competition.class_keys[class_index]),
+            "image_sha256": result.sha256,
+            "class_index": result.class_index,
+            "class_key": str(competition.class_keys[result.class_index]),
             "user_id": vote.user_id,
             "answer": vote.answer,
             "seconds": vote.seconds,
             "created_at": vote.created_at,
-            "gold": gold_answer is not None,
-            "counted": gold_answer is None and not votes_excluded,
+            "gold": result.gold_answer is not None,
+            "counted": result.gold_answer is None and not result.votes_excluded,
         }
 
     return rows_in_batches(source, schema, query, row)
@@ -171,10 +171,10 @@ def _questions_batches(source: ExportSource, schema: pa.Schema) -> Iterator[pa.R
         return session.execute(statement).all()
 
     def row(result, competition: Competition) -> tuple[tuple, dict]:
-        question, sha256 = result
+        question = result.Question
         return (question.id,), {
             "question_id": question.id,
-            "image_sha256": sha256,
+            "image_sha256": result.sha256,
             "class_index": question.class_index,
             "class_key": str(competition.class_keys[question.class_index]),
             "class_name": str(competition.class_names[question.class_index]),
@@ -230,13 +230,13 @@ def _subsets_batches(source: ExportSource, schema: pa.Schema) -> Iterator[pa.Rec
                 select(
                     PairImage,
                     PairSubset.classifier_a_id,
-                    classifier_a.name,
+                    classifier_a.name.label("classifier_a"),
                     PairSubset.classifier_b_id,
-                    classifier_b.name,
-                    PairSubset.created_at,
+                    classifier_b.name.label("classifier_b"),
+                    PairSubset.created_at.label("subset_created_at"),
                     Image,
-                    QUESTION_A.outcome,
-                    QUESTION_B.outcome,
+                    QUESTION_A.outcome.label("outcome_a"),
+                    QUESTION_B.outcome.label("outcome_b"),
                 )
                 .join(PairSubset, PairSubset.id == PairImage.subset_id)
                 .join(classifier_a, classifier_a.id == PairSubset.classifier_a_id)
@@ -253,14 +253,14 @@ def _subsets_batches(source: ExportSource, schema: pa.Schema) -> Iterator[pa.Rec
         return session.execute(statement).all()
 
     def row(result, competition: Competition) -> tuple[tuple, dict]:
-        pair_image, a_id, a_name, b_id, b_name, subset_created_at, image, outcome_a, outcome_b = result
+        pair_image, image = result.PairImage, result.Image
         keys = competition.class_keys
         return (pair_image.subset_id, pair_image.position), {
-            "classifier_a_id": a_id,
-            "classifier_a": a_name,
-            "classifier_b_id": b_id,
-            "classifier_b": b_name,
-            "subset_created_at": subset_created_at,
+            "classifier_a_id": result.classifier_a_id,
+            "classifier_a": result.classifier_a,
+            "classifier_b_id": result.classifier_b_id,
+            "classifier_b": result.classifier_b,
+            "subset_created_at": result.subset_created_at,
             "position": pair_image.position,
             "role": pair_image.role.value,
             "image_sha256": image.sha256,
@@ -271,8 +271,8 @@ def _subsets_batches(source: ExportSource, schema: pa.Schema) -> Iterator[pa.Rec
             "label_b_key": str(keys[pair_image.label_b]),
             "prob_a": pair_image.prob_a,
             "prob_b": pair_image.prob_b,
-            "outcome_a": outcome_a,
-            "outcome_b": outcome_b,
+            "outcome_a": result.outcome_a,
+            "outcome_b": result.outcome_b,
             "image_source_uri": image.source_uri,
             "image_source_url": image.source_url,
             "image_license": image.license,

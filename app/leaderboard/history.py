@@ -1,6 +1,7 @@
 """The ranking's history: Perron ranks as today's labels accumulated."""
 
 from datetime import datetime
+from typing import NamedTuple
 
 import numpy as np
 from sqlalchemy.orm import Session
@@ -22,20 +23,39 @@ from app.leaderboard.standings import ranked_pairs
 HISTORY_POINTS = 24
 
 
-def _decided_pair_images(db_session: Session, competition: Competition) -> list[tuple]:
-    """(a_id, b_id, correct_a, correct_b, labelled_at) of every selected pair image whose two questions are
-    decided; labelled_at is when the later of its two questions was decided, or when the pair was selected
-    if that came later (a new classifier's pair reuses answers given before it existed)."""
+class Labelled(NamedTuple):
+    """A selected pair image whose two questions are decided: when, its pair, and who was right."""
+
+    labelled_at: datetime
+    a_id: int
+    b_id: int
+    correct_a: bool
+    correct_b: bool
+
+
+def _decided_pair_images(db_session: Session, competition: Competition) -> list[Labelled]:
+    """Every selected pair image whose two questions are decided; labelled_at is when the later of its two
+    questions was decided, or when the pair was selected if that came later (a new classifier's pair reuses
+    answers given before it existed)."""
     rows = db_session.execute(
         labelled_pair_images(
             competition.id,
             *PAIR_OUTCOMES,
-            QUESTION_A.decided_at,
-            QUESTION_B.decided_at,
+            QUESTION_A.decided_at.label("decided_a"),
+            QUESTION_B.decided_at.label("decided_b"),
             PairSubset.created_at,
         )
     ).all()
-    return [(a_id, b_id, right_a, right_b, max(times)) for a_id, b_id, right_a, right_b, *times in rows]
+    return [
+        Labelled(
+            max(row.decided_a, row.decided_b, row.created_at),
+            row.classifier_a_id,
+            row.classifier_b_id,
+            row.correct_a,
+            row.correct_b,
+        )
+        for row in rows
+    ]
 
 
 def ranking_history(*, db_session: Session, competition: Competition) -> HistoryRead:
@@ -51,11 +71,11 @@ def ranking_history(*, db_session: Session, competition: Competition) -> History
     ranked_ids = {classifier.id for classifier in classifiers}
     rows = sorted(
         (
-            (labelled_at, a_id, b_id, correct_a, correct_b)
-            for a_id, b_id, correct_a, correct_b, labelled_at in _decided_pair_images(db_session, competition)
-            if a_id in ranked_ids and b_id in ranked_ids
+            row
+            for row in _decided_pair_images(db_session, competition)
+            if row.a_id in ranked_ids and row.b_id in ranked_ids
         ),
-        key=lambda row: row[0],
+        key=lambda row: row.labelled_at,
     )
     cuts = np.unique(np.linspace(1, len(rows), min(len(rows), HISTORY_POINTS)).round().astype(int))
     return HistoryRead(
@@ -65,16 +85,18 @@ def ranking_history(*, db_session: Session, competition: Competition) -> History
     )
 
 
-def _history_point(classifiers: list[Classifier], rows: list[tuple], alpha: float) -> HistoryPoint:
+def _history_point(classifiers: list[Classifier], rows: list[Labelled], alpha: float) -> HistoryPoint:
     """The Perron ranking of the classifiers registered by the last row's time, from these rows (those
     without a labelled image yet last, as on the leaderboard)."""
-    as_of: datetime = rows[-1][0]
+    as_of = rows[-1].labelled_at
     present = [classifier for classifier in classifiers if classifier.created_at <= as_of]
     index_of = {classifier.id: index for index, classifier in enumerate(present)}
     by_pair: dict[tuple[int, int], list[tuple[bool, bool]]] = {}
-    for _, a_id, b_id, correct_a, correct_b in rows:
-        if a_id in index_of and b_id in index_of:
-            by_pair.setdefault((index_of[a_id], index_of[b_id]), []).append((correct_a, correct_b))
+    for row in rows:
+        if row.a_id in index_of and row.b_id in index_of:
+            by_pair.setdefault((index_of[row.a_id], index_of[row.b_id]), []).append(
+                (row.correct_a, row.correct_b)
+            )
     outcomes = {pair: tuple(np.array(labels, dtype=bool).T) for pair, labels in by_pair.items()}
     counts = count_outcomes(outcomes, len(present))
     scores = perron_rank(dominance_matrix(pairwise_accuracy(counts, alpha))).scores

@@ -100,7 +100,7 @@ def create_api_token(*, db_session: Session, user: User, name: str) -> str:
 
 
 _USER_OF_TOKEN = (
-    select(User, ApiToken.id, ApiToken.last_used_at)
+    select(User, ApiToken.id.label("token_id"), ApiToken.last_used_at)
     .join(ApiToken, ApiToken.user_id == User.id)
     .where(ApiToken.token_hash == bindparam("token_hash"), User.is_active)
 )
@@ -112,9 +112,8 @@ def user_for_token(*, db_session: Session, token: str) -> User | None:
     row = db_session.execute(_USER_OF_TOKEN, {"token_hash": hash_api_token(token)}).first()
     if row is None:
         return None
-    user, token_id, last_used_at = row
-    record_token_use(db_session=db_session, token_id=token_id, last_used_at=last_used_at)
-    return user
+    record_token_use(db_session=db_session, token_id=row.token_id, last_used_at=row.last_used_at)
+    return row.User
 
 
 _RECORD_TOKEN_USE = (
