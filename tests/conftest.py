@@ -155,12 +155,21 @@ def fresh_database_url(database_factory: DatabaseFactory) -> str:
     return database_factory.migrated_url()
 
 
+def settings_for(tmp_path: Path, database_url: str, **overrides) -> Settings:
+    """Settings for a test: this database, a temporary data dir, the test secret, and these overrides."""
+    return Settings(
+        env="test",
+        data_dir=tmp_path / "data",
+        database_url=database_url,
+        secret_key=TEST_SECRET_KEY,
+        **overrides,
+    )
+
+
 @pytest.fixture
 def settings(tmp_path: Path, database_url: str) -> Settings:
     """Test settings: the shared database, a temporary data dir."""
-    return Settings(
-        env="test", data_dir=tmp_path / "data", database_url=database_url, secret_key=TEST_SECRET_KEY
-    )
+    return settings_for(tmp_path, database_url)
 
 
 @pytest.fixture

@@ -35,7 +35,7 @@ from app.settings import Settings
 from app.storage.keys import image_key, weights_key
 from app.users import service as users_service
 from app.users.models import Role
-from tests.conftest import TEST_SECRET_KEY
+from tests.conftest import settings_for
 from tests.support.images import write_images
 from workers.inference import InferenceEngine
 
@@ -64,14 +64,8 @@ class LiveService:
 @pytest.fixture
 def live_settings(tmp_path, fresh_database_url) -> Settings:
     """Short leases and small shards, so takeovers and several shards happen quickly."""
-    return Settings(
-        env="test",
-        data_dir=tmp_path / "data",
-        database_url=fresh_database_url,
-        secret_key=TEST_SECRET_KEY,
-        job_lease_s=2,
-        predict_shard_size=100,
-        job_max_attempts=3,
+    return settings_for(
+        tmp_path, fresh_database_url, job_lease_s=2, predict_shard_size=100, job_max_attempts=3
     )
 
 

@@ -18,10 +18,9 @@ from app.images.store import ImageStore
 from app.jobs.archives import archive_bytes, shard_archive
 from app.jobs.models import Job, JobStatus
 from app.jobs.schemas import ClaimResponse
-from app.settings import Settings
 from app.storage import LocalBlobStore
 from app.storage.keys import image_key
-from tests.conftest import TEST_SECRET_KEY
+from tests.conftest import settings_for
 from tests.jobs.conftest import serving, set_up_competition
 from workers.client import LeaseLost, ServiceClient, ServiceError
 from workers.image_readers import ShardArchiveReader, StoreReader, archive_members, choose_reader
@@ -134,14 +133,7 @@ def test_a_shard_archive_holds_its_images_in_order_for_the_lease_holder_only(liv
 def test_s3_a_remote_worker_that_cannot_reach_the_store_predicts_through_shard_archives(
     tmp_path, fresh_database_url, s3_storage_url
 ):
-    settings = Settings(
-        env="test",
-        data_dir=tmp_path / "data",
-        database_url=fresh_database_url,
-        secret_key=TEST_SECRET_KEY,
-        storage_url=s3_storage_url,
-        predict_shard_size=50,
-    )
+    settings = settings_for(tmp_path, fresh_database_url, storage_url=s3_storage_url, predict_shard_size=50)
     with serving(settings) as service:
         competition_id = set_up_competition(
             service, tmp_path, images=N_IMAGES, architectures=("test_resnet",)

@@ -15,22 +15,14 @@ from app.images.models import CompetitionImage, Image
 from app.jobs import service
 from app.jobs.enums import JobKind, JobStatus
 from app.jobs.models import Job
-from app.settings import Settings
-from tests.conftest import TEST_SECRET_KEY
+from tests.conftest import settings_for
 
 SHARD = 4
 
 
 @pytest.fixture
 def settings(tmp_path, database_url):
-    return Settings(
-        env="test",
-        data_dir=tmp_path / "data",
-        database_url=database_url,
-        secret_key=TEST_SECRET_KEY,
-        predict_shard_size=SHARD,
-        job_max_attempts=2,
-    )
+    return settings_for(tmp_path, database_url, predict_shard_size=SHARD, job_max_attempts=2)
 
 
 def add_images(db_session, competition, count: int) -> None:

@@ -26,7 +26,7 @@ from app.jobs.enums import JobStatus
 from app.jobs.lifecycle import retire_classifier
 from app.jobs.models import Job
 from app.settings import Settings
-from tests.conftest import TEST_SECRET_KEY
+from tests.conftest import settings_for
 from tests.jobs.test_leases import add_classifier, add_images, shard_predictions
 
 WAIT_S = 60
@@ -73,13 +73,7 @@ def test_retiring_a_classifier_while_its_job_finishes_does_not_deadlock(
 ):
     if backend == "sqlite":
         pytest.skip("SQLite serialises writers: no row locks to order")
-    settings = Settings(
-        env="test",
-        data_dir=tmp_path / "data",
-        database_url=fresh_database_url,
-        secret_key=TEST_SECRET_KEY,
-        predict_shard_size=4,
-    )
+    settings = settings_for(tmp_path, fresh_database_url, predict_shard_size=4)
     sessions = sessions_on(fresh_database_url)
     with sessions() as session:
         competition = create_competition(db_session=session, spec=CompetitionCreate(name="locks"))

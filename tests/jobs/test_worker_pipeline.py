@@ -15,8 +15,6 @@ from app.classifiers.models import Classifier
 from app.classifiers.service import read_predictions, register_timm_pretrained
 from app.cli.main import app as cli
 from app.competitions.models import Competition
-from app.competitions.service import competition_taxonomy
-from app.core.selection import select_pair
 from app.images.models import CompetitionImage
 from app.jobs.enums import JobKind, JobStatus
 from app.jobs.lifecycle import enqueue_classifier
@@ -25,6 +23,7 @@ from app.labelling.models import PairImage, PairImageRole, PairSubset, Question
 from app.users import service as users_service
 from app.users.models import Role
 from tests.jobs.conftest import add_timm_classifier, clean_predictions, local_worker, set_up_competition
+from tests.support.jobs import competition_selection
 from workers.client import ServiceClient
 from workers.worker import Worker, WorkerOptions, run_worker
 
@@ -62,17 +61,7 @@ def algorithm_1_rows(
     """What app.core.selection selects (then reserves) for the pair from its stored predictions."""
     n_images = len(session.scalars(select(CompetitionImage.ordinal)).all())
     pa, pb = (read_predictions(settings=settings, classifier=c, n_images=n_images) for c in (a, b))
-    selection = select_pair(
-        pa.top1,
-        pa.prob,
-        pb.top1,
-        pb.prob,
-        competition_taxonomy(competition).distance_matrix(),
-        k=competition.k,
-        threshold=competition.confidence_threshold,
-        max_per_label=competition.max_per_label,
-        reserve_size=competition.k,
-    )
+    selection = competition_selection(competition, pa, pb)
     return [
         (int(o), PairImageRole.selected if i < selection.n_selected else PairImageRole.reserve, *values)
         for i, (o, *values) in enumerate(

@@ -15,8 +15,7 @@ from app.classifiers import service as classifiers_service
 from app.classifiers.models import Classifier
 from app.competitions.models import Competition
 from app.competitions.schemas import CompetitionCreate
-from app.competitions.service import competition_taxonomy, create_competition
-from app.core.selection import select_pair
+from app.competitions.service import create_competition
 from app.images.models import Image
 from app.images.service import competition_image_count
 from app.images.store import ImageStore
@@ -31,6 +30,7 @@ from app.users import service as users_service
 from app.users.models import Role, User
 from tests.conftest import TEST_PASSWORD
 from tests.labelling.factories import add_images
+from tests.support.jobs import competition_selection
 
 DIGITS = """\
 root: digit
@@ -161,18 +161,7 @@ def run_select_jobs(db_session: Session, settings: Settings) -> list[tuple[int, 
         )
         excluded = np.zeros(n_images, dtype=bool)
         excluded[jobs_service.excluded_ordinals(db_session=db_session, competition_id=competition.id)] = True
-        selection = select_pair(
-            a.top1,
-            a.prob,
-            b.top1,
-            b.prob,
-            competition_taxonomy(competition).distance_matrix(),
-            k=competition.k,
-            threshold=competition.confidence_threshold,
-            max_per_label=competition.max_per_label,
-            reserve_size=competition.k,
-            excluded=excluded,
-        )
+        selection = competition_selection(competition, a, b, excluded)
         jobs_service.complete_select(
             db_session=db_session, job_id=job.id, lease_token=job.lease_token, selection=selection
         )

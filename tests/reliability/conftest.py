@@ -10,7 +10,7 @@ import pytest
 from app.db.engine import create_db_engine, create_sessionmaker
 from app.main import create_app
 from app.settings import Settings
-from tests.conftest import TEST_SECRET_KEY
+from tests.conftest import settings_for
 from tests.reliability.world import World, build_world
 
 FUZZ_COUNTS: dict[str, int] = {}
@@ -20,9 +20,7 @@ FUZZ_COUNTS: dict[str, int] = {}
 @pytest.fixture
 def world_settings(tmp_path, fresh_database_url) -> Settings:
     """Settings of a committed database of this test's own and a temporary data dir."""
-    return Settings(
-        env="test", data_dir=tmp_path / "data", database_url=fresh_database_url, secret_key=TEST_SECRET_KEY
-    )
+    return settings_for(tmp_path, fresh_database_url)
 
 
 @pytest.fixture

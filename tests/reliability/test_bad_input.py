@@ -56,7 +56,7 @@ from app.images.models import CompetitionImage, Image
 from app.jobs.enums import JobStatus
 from app.jobs.models import Job
 from app.settings import Settings
-from tests.conftest import TEST_SECRET_KEY
+from tests.conftest import settings_for
 from tests.jobs.test_classifier_registration import add_images, assert_nothing_stored, register
 from tests.support.images import image_bytes
 from tests.support.jobs import claimed_shard
@@ -68,14 +68,8 @@ MAX_PIXELS = 1_000_000
 @pytest.fixture
 def settings(tmp_path, database_url) -> Settings:
     """Test settings with small image limits, so huge files and bombs are cheap to make."""
-    return Settings(
-        env="test",
-        data_dir=tmp_path / "data",
-        database_url=database_url,
-        secret_key=TEST_SECRET_KEY,
-        max_image_bytes=MAX_BYTES,
-        max_image_pixels=MAX_PIXELS,
-        thumbnail_size=64,
+    return settings_for(
+        tmp_path, database_url, max_image_bytes=MAX_BYTES, max_image_pixels=MAX_PIXELS, thumbnail_size=64
     )
 
 

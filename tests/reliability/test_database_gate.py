@@ -12,10 +12,9 @@ import httpx
 from app.db.engine import create_db_engine, create_sessionmaker
 from app.main import create_app
 from app.serving import serve_in_thread
-from app.settings import Settings
 from app.users import service as users_service
 from app.users.models import Role
-from tests.conftest import TEST_SECRET_KEY
+from tests.conftest import settings_for
 
 POOL_SIZE = 2
 CONCURRENT_REQUESTS = 120  # beyond the 40 threads Starlette runs endpoints and dependencies in
@@ -48,15 +47,7 @@ def token_of_new_user(database_url: str, username: str, role: Role) -> str:
 
 def app_with_small_pool(tmp_path, database_url: str):
     """The application on this database with a pool of POOL_SIZE connections."""
-    return create_app(
-        Settings(
-            env="test",
-            data_dir=tmp_path / "data",
-            database_url=database_url,
-            secret_key=TEST_SECRET_KEY,
-            db_pool_size=POOL_SIZE,
-        )
-    )
+    return create_app(settings_for(tmp_path, database_url, db_pool_size=POOL_SIZE))
 
 
 def test_more_concurrent_requests_than_connections_all_succeed(tmp_path, fresh_database_url):

@@ -58,11 +58,10 @@ from app.jobs.models import Job
 from app.labelling.models import PairSubset, Question, Vote
 from app.main import create_app
 from app.migrate import upgrade
-from app.settings import Settings
 from app.storage import local as local_store
 from app.users import service as users_service
 from app.users.models import Role
-from tests.conftest import TEST_SECRET_KEY
+from tests.conftest import TEST_SECRET_KEY, settings_for
 from tests.labelling.factories import labelling_competition, users_with_tokens
 from tests.leaderboard.scenario import corpus, digits_competition, register
 from tests.reliability.test_bad_input import invoke, query, runner, shard
@@ -324,9 +323,7 @@ def test_a_request_after_postgres_closed_the_idle_connections_is_answered(
     503."""
     if backend != "postgres":
         pytest.skip("connections to drop are Postgres's")
-    settings = Settings(
-        env="test", data_dir=tmp_path / "data", database_url=fresh_database_url, secret_key=TEST_SECRET_KEY
-    )
+    settings = settings_for(tmp_path, fresh_database_url)
     with TestClient(create_app(settings)) as client:
         assert client.get("/healthz").status_code == 200  # a connection now waits in the pool
         for _ in range(2):
@@ -576,9 +573,7 @@ def test_a_cli_import_that_fills_the_disk_keeps_the_batches_it_committed(
 
 
 def test_a_worker_waits_for_a_service_that_is_down_and_then_does_its_jobs(fresh_database_url, tmp_path):
-    settings = Settings(
-        env="test", data_dir=tmp_path / "data", database_url=fresh_database_url, secret_key=TEST_SECRET_KEY
-    )
+    settings = settings_for(tmp_path, fresh_database_url)
     engine = create_db_engine(settings.sqlalchemy_url)
     with create_sessionmaker(engine)() as session:
         competition = digits_competition(session)

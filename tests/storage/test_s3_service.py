@@ -5,20 +5,14 @@ import pytest
 
 from app.settings import Settings
 from app.storage.keys import image_key, thumbnail_key
-from tests.conftest import TEST_SECRET_KEY
+from tests.conftest import settings_for
 from tests.support.images import image_bytes
 
 
 @pytest.fixture
 def settings(tmp_path, database_url, s3_storage_url) -> Settings:
     """The shared database, blobs in a new bucket."""
-    return Settings(
-        env="test",
-        data_dir=tmp_path / "data",
-        database_url=database_url,
-        secret_key=TEST_SECRET_KEY,
-        storage_url=s3_storage_url,
-    )
+    return settings_for(tmp_path, database_url, storage_url=s3_storage_url)
 
 
 def test_s3_images_are_stored_in_the_bucket_and_served_by_the_service(

@@ -1,9 +1,16 @@
-"""A predict job claimed by a worker through the API, as the worker protocol's tests start from."""
+"""A predict job claimed by a worker through the API, as the worker protocol's tests start from, and the
+selection a select job stores, as the tests that check it compute it."""
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from app.classifiers.enums import ClassifierSource, ClassifierStatus
 from app.classifiers.models import Classifier
+from app.classifiers.prediction_store import Predictions
+from app.competitions.models import Competition
+from app.competitions.service import competition_taxonomy
+from app.core.selection import PairSelection, select_pair
 from app.jobs.models import Job
 from app.jobs.service import enqueue_predictions
 from app.users.models import Role
@@ -50,3 +57,21 @@ def claimed_shard(client, db_session, competition, images: int) -> ClaimedShard:
     worker = bearer(db_session, make_user(db_session, "gpu-box", Role.worker))
     (claimed,) = client.post("/api/v1/jobs/claim", json={"worker": "gpu-box"}, headers=worker).json()["jobs"]
     return ClaimedShard(classifier, job, claimed, worker)
+
+
+def competition_selection(
+    competition: Competition, a: Predictions, b: Predictions, excluded: np.ndarray | None = None
+) -> PairSelection:
+    """The core's selection of a pair (Algorithm 1, then a reserve of k) with the competition's settings."""
+    return select_pair(
+        a.top1,
+        a.prob,
+        b.top1,
+        b.prob,
+        competition_taxonomy(competition).distance_matrix(),
+        k=competition.k,
+        threshold=competition.confidence_threshold,
+        max_per_label=competition.max_per_label,
+        reserve_size=competition.k,
+        excluded=excluded,
+    )
