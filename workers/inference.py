@@ -84,7 +84,7 @@ def uint8_transform(data_config: dict) -> Callable[[Image.Image], torch.Tensor]:
     return timm.data.create_transform(**data_config, is_training=False, use_prefetcher=True)
 
 
-def decode_image(data: bytes) -> Image.Image | None:
+def decode_image(data: bytes | memoryview) -> Image.Image | None:
     """An RGB Pillow image upright per its EXIF orientation, or None if Pillow cannot decode `data`."""
     try:
         image = Image.open(io.BytesIO(data))

@@ -67,11 +67,11 @@ def get_competition(*, db_session: Session, competition_id: int) -> Competition:
 def data_version(*, db_session: Session, competition_id: int) -> int:
     """The competition's data version: Σ of its CompetitionVersion rows, raised by every committed change
     to what its public reads show (0 before the first)."""
-    return db_session.scalar(
+    return db_session.execute(
         select(func.coalesce(func.sum(CompetitionVersion.version), 0)).where(
             CompetitionVersion.competition_id == competition_id
         )
-    )
+    ).scalar_one()
 
 
 def update_competition(*, db_session: Session, competition: Competition, change: CompetitionUpdate) -> None:

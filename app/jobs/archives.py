@@ -50,7 +50,7 @@ def archive_bytes(images: list[ArchiveImage]) -> int:
     return sum(member_bytes(size) for *_, size in images) + 2 * BLOCK
 
 
-def ustar_header(name: str, size: int) -> bytes:
+def ustar_header(name: str, size: int) -> bytearray:
     """The header block of a member (POSIX ustar: checksum = the sum of the header's bytes, its own field
     counted as eight spaces)."""
     header = bytearray(USTAR_TEMPLATE)

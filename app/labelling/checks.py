@@ -48,14 +48,14 @@ def long_run(newest_first: Sequence[RecentVote], since: datetime | None) -> str 
 def fast_streak(newest_first: Sequence[RecentVote], since: datetime | None) -> str | None:
     """The latest FAST_STREAK timed answers (after `since`) each took under median / FAST_RATIO seconds, the
     median of the annotator's FAST_BASELINE or more timed answers before them."""
-    timed = [vote for vote in newest_first if vote.seconds is not None]
-    streak, earlier = timed[:FAST_STREAK], [vote.seconds for vote in timed[FAST_STREAK:]]
-    if len(_after(streak, since)) < FAST_STREAK or len(earlier) < FAST_BASELINE:
+    timed = [(vote, vote.seconds) for vote in newest_first if vote.seconds is not None]
+    streak, earlier = timed[:FAST_STREAK], [seconds for _, seconds in timed[FAST_STREAK:]]
+    if len(_after([vote for vote, _ in streak], since)) < FAST_STREAK or len(earlier) < FAST_BASELINE:
         return None
     typical = median(earlier)
-    if not all(vote.seconds < typical / FAST_RATIO for vote in streak):
+    if not all(seconds < typical / FAST_RATIO for _, seconds in streak):
         return None
-    slowest = max(vote.seconds for vote in streak)
+    slowest = max(seconds for _, seconds in streak)
     return (
         f"{FAST_STREAK} answers in a row took at most {slowest:.1f} s each; "
         f"this annotator's median is {typical:.1f} s"

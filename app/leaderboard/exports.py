@@ -13,6 +13,7 @@ import io
 import json
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -22,7 +23,7 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 from sqlalchemy import Row, select, tuple_
-from sqlalchemy.orm import Session, aliased, sessionmaker
+from sqlalchemy.orm import Session, aliased
 
 from app.classifiers.models import Classifier
 from app.classifiers.service import list_classifiers, readable_predictions
@@ -50,7 +51,7 @@ TIMESTAMP = pa.timestamp("us", tz="UTC")
 class ExportSource:
     """What an export reads: the session factory, the competition and the settings (prediction store)."""
 
-    sessions: sessionmaker[Session]
+    sessions: Callable[[], AbstractContextManager[Session]]
     competition: Competition
     settings: Settings
 

@@ -5,11 +5,11 @@ import hashlib
 import hmac
 import json
 import types
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Union, get_args, get_origin
 
 import pyarrow as pa
-from sqlalchemy import select
+from sqlalchemy import Row, select
 from sqlalchemy.orm import Session
 
 from app.competitions.models import Competition
@@ -41,7 +41,7 @@ IMAGES_SCHEMA = pa.schema(
 def images_batches(source: ExportSource, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """Every image of the competition by ordinal, with where it was read and its source, license, author."""
 
-    def query(session: Session, after: tuple | None) -> list:
+    def query(session: Session, after: tuple | None) -> Sequence[Row]:
         statement = (
             select(CompetitionImage, Image)
             .join(Image, Image.id == CompetitionImage.image_id)
@@ -54,7 +54,7 @@ def images_batches(source: ExportSource, schema: pa.Schema) -> Iterator[pa.Recor
         return session.execute(statement).all()
 
     def row(result, _competition: Competition) -> tuple[tuple, dict]:
-        member, image = result
+        member, image = result.CompetitionImage, result.Image
         return (member.ordinal,), {
             "ordinal": member.ordinal,
             "image_sha256": image.sha256,
