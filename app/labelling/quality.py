@@ -100,7 +100,7 @@ def decide_flag(
     ).one_or_none()
     if found is None:
         raise NotFound(f"no quality flag {flag_id} in this competition")
-    flag, user = found
+    flag, user = found.QualityFlag, found.User
     lock_annotator(db_session=db_session, user=user)
     db_session.refresh(flag, with_for_update=True)
     if flag.decision is not None:
