@@ -5,7 +5,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from app.classifiers.enums import ClassifierSource
+from app.classifiers.enums import ClassifierSource, ClassifierStatus
 from app.jobs.enums import JobKind, JobStatus
 
 
@@ -170,7 +170,7 @@ class ClassifierProgress(BaseModel):
 
     classifier_id: int
     name: str
-    status: str
+    status: ClassifierStatus
     images_predicted: int
     images_total: int
     error: str | None

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 from app.images.store import SHA256_PATTERN
 from app.labelling.models import AdjudicationKind, FlagReason, QualityDecision, QualityFlagKind, Verdict
 from app.labelling.quality import FlagView
-from app.labelling.types import AnnotatorStats, PresentedItem, PresentedQuestion
+from app.labelling.types import AnnotatorStats, NextItemStatus, PresentedItem, PresentedQuestion
 
 
 class QuestionRead(BaseModel):
@@ -76,7 +76,7 @@ class ItemRead(BaseModel):
 class NextItemRead(BaseModel):
     """The next item, or why there is none."""
 
-    status: Literal["item", "busy", "skipped", "finished"] = Field(
+    status: NextItemStatus = Field(
         description="`item`: here it is; `busy`: the rest is leased to others; `skipped`: only images the "
         "caller skipped are left (POST …/next offers them again); `finished`: nothing is left for the caller."
     )

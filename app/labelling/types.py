@@ -3,6 +3,7 @@ competition as labelling reads them."""
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Literal
 
 from app.competitions.models import Competition
 from app.users.models import Role
@@ -43,12 +44,16 @@ class PresentedItem:
     lease_expires_at: datetime
 
 
+NextItemStatus = Literal["item", "busy", "skipped", "finished"]
+"""Whether there is a next item, and if not why: all leased to others, only skipped ones left, none left."""
+
+
 @dataclass(frozen=True)
 class NextItem:
     """The next item, or None with why: every open image is leased to others (busy) or none is left."""
 
     item: PresentedItem | None
-    status: str
+    status: NextItemStatus
 
 
 @dataclass(frozen=True)
