@@ -79,7 +79,7 @@ def geometry_key(data_config: dict) -> tuple:
     )
 
 
-def uint8_transform(data_config: dict) -> Callable[[Image.Image], torch.Tensor]:
+def uint8_transform(data_config: dict) -> Callable[[Image.Image | torch.Tensor], torch.Tensor]:
     """timm's eval transform for `data_config` up to the uint8 CHW tensor (normalisation is on the device)."""
     return timm.data.create_transform(**data_config, is_training=False, use_prefetcher=True)
 
@@ -178,7 +178,7 @@ class _ImageDataset(torch.utils.data.Dataset):
         self,
         ordinals: Sequence[int],
         read_bytes: ReadBytes,
-        transforms: list[Callable[[Image.Image], torch.Tensor]],
+        transforms: list[Callable[[Image.Image | torch.Tensor], torch.Tensor]],
         input_sizes: list[tuple[int, int, int]],
         jpegs_to_device: bool,
     ) -> None:

@@ -1,7 +1,9 @@
 """Who may label in a competition: everyone with the annotator role in an open one, only its members in a
 members-only one, admins in all."""
 
-from sqlalchemy import delete, exists, or_, select
+from typing import cast
+
+from sqlalchemy import CursorResult, delete, exists, or_, select
 from sqlalchemy.orm import Session
 
 from app.competitions.models import Competition, CompetitionMember
@@ -39,10 +41,13 @@ def add_member(*, db_session: Session, competition: Competition, user: User) -> 
 
 def remove_member(*, db_session: Session, competition: Competition, user_id: int) -> None:
     """Take an annotator out of the competition's members, or NotFound when they are not one."""
-    removed = db_session.execute(
-        delete(CompetitionMember).where(
-            CompetitionMember.competition_id == competition.id, CompetitionMember.user_id == user_id
-        )
+    removed = cast(
+        CursorResult,
+        db_session.execute(
+            delete(CompetitionMember).where(
+                CompetitionMember.competition_id == competition.id, CompetitionMember.user_id == user_id
+            )
+        ),
     )
     if removed.rowcount == 0:
         raise NotFound(f"user {user_id} is not a member of {competition.name}")

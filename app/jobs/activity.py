@@ -28,10 +28,10 @@ def job_counts(*, db_session: Session) -> dict[tuple[str, str], int]:
 def worker_activity(*, db_session: Session, now: datetime | None = None) -> WorkerActivity:
     """Distinct lease owners of running jobs whose lease has not expired, and now − max(heartbeat_at)."""
     now = now or utcnow()
-    leasing = db_session.scalar(
+    leasing = db_session.execute(
         select(func.count(func.distinct(Job.lease_owner))).where(
             Job.status == JobStatus.running, Job.lease_expires_at > now
         )
-    )
+    ).scalar_one()
     newest = db_session.scalar(select(func.max(Job.heartbeat_at)))
     return WorkerActivity(leasing, None if newest is None else (now - newest).total_seconds())

@@ -4,8 +4,9 @@ password); only the SHA-256 of a link's token is stored."""
 import re
 import secrets
 from datetime import timedelta
+from typing import cast
 
-from sqlalchemy import select, update
+from sqlalchemy import CursorResult, select, update
 from sqlalchemy.orm import Session
 
 from app.db.base import utcnow
@@ -93,10 +94,13 @@ def accept_invitation(*, db_session: Session, token: str, username: str, passwor
         raise Conflict(f"the username {username!r} is taken: choose another")
     invitation = open_invitation(db_session=db_session, token=token)
     now = utcnow()
-    claimed = db_session.execute(
-        update(Invitation)
-        .where(Invitation.id == invitation.id, Invitation.used_at.is_(None), Invitation.expires_at > now)
-        .values(used_at=now)
+    claimed = cast(
+        CursorResult,
+        db_session.execute(
+            update(Invitation)
+            .where(Invitation.id == invitation.id, Invitation.used_at.is_(None), Invitation.expires_at > now)
+            .values(used_at=now)
+        ),
     )
     if claimed.rowcount != 1:
         raise NotFound(GONE)

@@ -111,7 +111,7 @@ def process_metrics() -> bytes:
     "/metrics",
     summary="Metrics for Prometheus (the bearer of MAD_METRICS_TOKEN)",
     response_class=Response,
-    responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}} | error_responses(401, 404),
+    responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}, **error_responses(401, 404)},
 )
 async def metrics(
     steps: DatabaseStepsDep, settings: SettingsDep, authorization: Annotated[str, Header()] = ""

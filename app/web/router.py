@@ -30,14 +30,14 @@ def home(request: Request, db_session: SessionDep, user: OptionalUser):
         competitions = competitions_of(db_session=db_session, user=user)
     else:
         competitions = competitions_service.list_competitions(db_session=db_session)
-    labels = user is not None and user.role in ANNOTATOR_ROLES
+    annotator = user if user is not None and user.role in ANNOTATOR_ROLES else None
     return render(
         request,
         "home.html",
         user=user,
         competitions=competitions,
         image_counts=image_counts(db_session=db_session),
-        images_left=images_left(db_session=db_session, user_id=user.id) if labels else None,
+        images_left=images_left(db_session=db_session, user_id=annotator.id) if annotator else None,
     )
 
 
