@@ -99,7 +99,7 @@ def read_body(url: str, token: str) -> memoryview | bytes:
         length = response.getheader("Content-Length")
         if length is None:  # re-chunked on the way (a proxy)
             return response.read()
-        body = memoryview(np.empty(int(length), dtype=np.uint8))  # not zeroed: filled whole or refused
+        body = np.empty(int(length), dtype=np.uint8).data  # not zeroed: filled whole or refused
         if (read := response.readinto(body)) != len(body):  # the service gave up (say, a blob is gone)
             raise ServiceError(f"GET {parts.path}: the body ended after {read:,} of {len(body):,} bytes")
         return body

@@ -80,7 +80,7 @@ def shard_archive(blobs: BlobStore, images: list[ArchiveImage]) -> Iterator[memo
     for piece in _pieces(images):
         # uninitialised (numpy.empty), as every byte is written below: zeroing 4 MB first costs about as
         # much as reading the files into it
-        buffer = memoryview(np.empty(sum(member_bytes(size) for *_, size in piece), dtype=np.uint8))
+        buffer = np.empty(sum(member_bytes(size) for *_, size in piece), dtype=np.uint8).data
         views, offset = [], 0
         for ordinal, _, image_format, size in piece:
             buffer[offset : offset + BLOCK] = ustar_header(member_name(ordinal, image_format), size)

@@ -232,7 +232,7 @@ def heartbeat(
             held[job_id] = True
         else:
             held[job_id] = False
-    workers.seen(db_session=db_session, workers=owners, now=now)
+    workers.seen(db_session=db_session, workers=[owner for owner in owners if owner is not None], now=now)
     db_session.flush()
     return held
 

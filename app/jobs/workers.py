@@ -69,7 +69,7 @@ def about(*, db_session: Session, lost_after_s: int, jobs_waiting: int) -> dict:
 
 def queued_count(*, db_session: Session) -> int:
     """Jobs queued anywhere, waiting for a worker."""
-    return db_session.scalar(select(func.count()).where(Job.status == JobStatus.queued))
+    return db_session.execute(select(func.count()).where(Job.status == JobStatus.queued)).scalar_one()
 
 
 def ago(then: datetime, now: datetime) -> str:

@@ -77,7 +77,7 @@ def review_queue(*, db_session: Session, competition: Competition) -> list[Revie
     ).all()
     entries = [
         ReviewEntry(
-            AdjudicationKind.split,
+            AdjudicationKind.split_decision,
             sha256,
             question.id,
             question.class_index,
@@ -95,7 +95,7 @@ def _images_to_review(db_session: Session, competition: Competition) -> list[Rev
     natural photo, by item id."""
     flags = counted_flags(db_session, competition)
     reviewed = select(Adjudication.image_id).where(
-        Adjudication.competition_id == competition.id, Adjudication.kind != AdjudicationKind.split
+        Adjudication.competition_id == competition.id, Adjudication.kind != AdjudicationKind.split_decision
     )
     flagged_artificial = [image_id for image_id, by in flags.items() if by.get(FlagReason.not_natural)]
     rows = db_session.execute(
@@ -206,7 +206,7 @@ def _judge_question(
     if verdict == Verdict.overturned:
         question.outcome = not before
     question.adjudicated = True
-    return AdjudicationKind.split, before, question.outcome
+    return AdjudicationKind.split_decision, before, question.outcome
 
 
 def _judge_image(
@@ -217,7 +217,7 @@ def _judge_image(
         select(Adjudication.id).where(
             Adjudication.competition_id == competition.id,
             Adjudication.image_id == item.image_id,
-            Adjudication.kind != AdjudicationKind.split,
+            Adjudication.kind != AdjudicationKind.split_decision,
         )
     )
     if reviewed is not None:

@@ -231,7 +231,7 @@ class AdjudicationKind(StrEnum):
     """What an admin reviewed: a question decided by the narrowest majority (3–2 in a panel of 5), an image
     the panel discarded as too difficult, or an image flagged as not a natural photo."""
 
-    split = "split"
+    split_decision = "split"  # not `split`, which would hide str.split
     discarded = "discarded"
     not_natural = "not_natural"
 

@@ -306,7 +306,7 @@ def _adjudications_batches(source: ExportSource, schema: pa.Schema) -> Iterator[
     """Every verdict by id; outcomes are the question's for a split decision, whether the image is
     discarded for an image."""
 
-    def query(session: Session, after: tuple | None) -> list:
+    def query(session: Session, after: tuple | None) -> Sequence[Row]:
         statement = (
             select(Adjudication, Image.sha256, Question.class_index)
             .join(Image, Image.id == Adjudication.image_id)
@@ -320,7 +320,7 @@ def _adjudications_batches(source: ExportSource, schema: pa.Schema) -> Iterator[
         return session.execute(statement).all()
 
     def row(result, competition: Competition) -> tuple[tuple, dict]:
-        verdict, sha256, class_index = result
+        verdict, sha256, class_index = result.Adjudication, result.sha256, result.class_index
         return (verdict.id,), {
             "adjudication_id": verdict.id,
             "kind": verdict.kind.value,
