@@ -12,8 +12,10 @@ from sqlalchemy import select
 from app.labelling.annotators import set_votes_excluded
 from app.labelling.models import LabelItem, PairImage
 from app.labelling.queue import next_item
+from app.leaderboard.standings import compute_leaderboard
 from app.release.bundle import write_release
 from tests.labelling.contested import contested_competition
+from tests.release.test_release import rebuilt_ranking
 
 
 @pytest.fixture
@@ -176,3 +178,7 @@ def test_adjudications_are_listed_exported_and_released(
     assert "decided_by" not in released.column_names
     subsets = pq.read_table(bundle / "subsets.parquet").to_pylist()
     assert subsets[0]["outcome_a"] is False  # the overturned outcome, as the leaderboard counts it
+    served = compute_leaderboard(db_session=db_session, competition=contested.competition)
+    ids, ranking = rebuilt_ranking(bundle)
+    assert ids == served.matrices.classifier_ids and ranking.accuracy.tolist() == served.matrices.accuracy
+    assert ranking.perron.scores.tolist() == [standing.mad_score for standing in served.classifiers]

@@ -17,9 +17,10 @@ from app.release.bundle import write_release
 from app.release.tables import pseudonym
 from tests.leaderboard.scenario import DIGITS
 
-TABLES = ("images", "subsets", "questions", "votes", "predictions", "adjudications", "leaderboard")
-TABLES += ("leaderboard_pairs",)
-TABLES += ("leaderboard_summary", "snapshots")
+TABLES = (
+    *("images", "subsets", "questions", "votes", "predictions", "adjudications"),
+    *("leaderboard", "leaderboard_pairs", "leaderboard_summary", "snapshots"),
+)
 
 
 def release(db_session, settings, voted, out, license_id="cc-by-4.0"):
