@@ -27,6 +27,7 @@ from app.labelling.models import QualityFlagKind
 from app.labelling.quality import list_flags
 from app.labelling.types import LabellingSettings
 from app.leaderboard import snapshots
+from app.leaderboard.agreement import competition_quality
 from app.leaderboard.standings import compute_leaderboard
 from app.users import invitations
 from app.users import service as users_service
@@ -156,7 +157,8 @@ FLAG_KINDS = {
 
 @router.get("/admin/competitions/{competition_id}/quality", response_class=HTMLResponse)
 def admin_quality(request: Request, db_session: SessionDep, user: OptionalUser, competition: CompetitionDep):
-    """Quality control: its settings, and the flags on annotators' answers with a decision on each."""
+    """Quality control (its settings, and the flags on annotators' answers with a decision on each), and the
+    agreement and reliability of the votes with the ranking from Dawid–Skene labels."""
     admin = page_user(request, user, *ADMIN_ROLES)
     if isinstance(admin, RedirectResponse):
         return admin
@@ -167,6 +169,7 @@ def admin_quality(request: Request, db_session: SessionDep, user: OptionalUser, 
         competition=competition,
         flags=list_flags(db_session=db_session, competition=competition),
         kinds=FLAG_KINDS,
+        quality=competition_quality(db_session=db_session, competition=competition),
     )
 
 

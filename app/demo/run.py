@@ -44,6 +44,7 @@ from app.images.service import ImageLimits, import_entries
 from app.images.sources import Candidate
 from app.images.store import ImageStore
 from app.jobs.lifecycle import enqueue_classifier
+from app.leaderboard.agreement import competition_quality
 from app.main import create_app
 from app.migrate import upgrade
 from app.serving import serve_in_thread
@@ -334,9 +335,11 @@ def run_demo(settings: Settings, options: DemoOptions) -> None:
             leaderboard = simulate_labelling(settings, competition, corpus)
         with sessions() as session:
             accuracies = true_accuracies(session, settings, session.merge(competition), corpus)
+            alpha = competition_quality(db_session=session, competition=session.merge(competition)).alpha
         correlation = print_leaderboard(leaderboard, accuracies)
         console.print(f"Total {time.monotonic() - started:.0f} s.")
-        console.print(f"SRCC(MAD rank, true accuracy rank) = {correlation:.3f}")
+        agreement = "undefined" if alpha is None else f"{alpha:.3f}"
+        console.print(f"SRCC(MAD rank, true accuracy rank) = {correlation:.3f} · agreement α = {agreement}")
         return
     console.print(f"Ready in {time.monotonic() - started:.0f} s.")
     url = f"http://{options.host}:{options.port}"

@@ -1,10 +1,11 @@
-"""Leaderboard API: standings (JSON or CSV), history, snapshots, pair galleries, analyses, exports.
+"""Leaderboard API: standings (JSON or CSV), history, snapshots, pair galleries, analyses, exports, and
+the agreement and reliability of the votes behind them.
 
 Public: the leaderboard, its history and snapshots, pair galleries and classifier analyses (which show a
 model's prediction on an image only once every question on the image is decided). Admin: freezing a
 snapshot and every export: subsets and predictions name each model's label on every image, open ones too,
 which would tell annotators which model asked which question; votes and questions are per-annotator
-answers and live tallies.
+answers and live tallies; so is the quality report (agreement and reliability per annotator).
 
 The public computed reads are kept per data version of their competition (app/web/public_reads.py); their
 endpoints take the database in short steps (DatabaseSteps), never holding the gate while they wait.
@@ -25,6 +26,7 @@ from app.competitions.service import data_version, get_competition
 from app.db.session import DatabaseSteps, DatabaseStepsDep, SessionDep, through_database_gate
 from app.errors import InvalidInput
 from app.leaderboard import exports, snapshots
+from app.leaderboard.agreement import competition_quality
 from app.leaderboard.classifier_analysis import classifier_analysis
 from app.leaderboard.csv_cells import neutralised
 from app.leaderboard.gallery import pair_gallery
@@ -34,6 +36,7 @@ from app.leaderboard.schemas import (
     HistoryRead,
     LeaderboardRead,
     PairGalleryRead,
+    QualityRead,
     SnapshotCreate,
     SnapshotRead,
     SnapshotWithLeaderboard,
@@ -323,3 +326,16 @@ def _add_export_endpoint(table: str, summary: str, description: str) -> None:
 
 for _table, (_summary, _description) in EXPORTS.items():
     _add_export_endpoint(_table, _summary, _description)
+
+
+@router.get(
+    "/competitions/{competition_id}/quality",
+    summary="Agreement and reliability of the votes, and the ranking from Dawid–Skene labels (admin)",
+    responses=error_responses(401, 403, 404, 422),
+)
+def read_quality(competition: CompetitionDep, db_session: SessionDep, _admin: AdminUser) -> QualityRead:
+    """Krippendorff's α (nominal) over the competition's questions, and per annotator against the majority
+    of the others' answers; Dawid–Skene estimates of each annotator's sensitivity, specificity and accuracy;
+    the MAD (Perron) ranking from the panel's majority outcomes beside the one from Dawid–Skene labels, with
+    the SRCC between them. Counted votes on questions that are not gold."""
+    return competition_quality(db_session=db_session, competition=competition)

@@ -251,3 +251,53 @@ class ClassifierAnalysisRead(BaseModel):
     min_superclass_support: int
     perplexing_images: list[PerplexityImage]
     stability: StabilityRead
+
+
+class AnnotatorReliabilityRead(BaseModel):
+    """One annotator's agreement with the panel and Dawid–Skene reliability, over their counted answers to
+    the competition's questions (gold questions left out)."""
+
+    user_id: int
+    username: str
+    answers: int
+    alpha_against_others: float | None = Field(
+        description="Krippendorff's α between their answers and the majority of the other answers to the "
+        "same questions (ties left out); null when undefined."
+    )
+    dawid_skene_accuracy: float = Field(description="π·sensitivity + (1 − π)·specificity.")
+    dawid_skene_sensitivity: float = Field(description="Estimated P(they answer yes | the answer is yes).")
+    dawid_skene_specificity: float = Field(description="Estimated P(they answer no | the answer is no).")
+
+
+class RankingComparisonRead(BaseModel):
+    """One classifier's MAD (Perron) rank from the panel's majority outcomes and from Dawid–Skene labels."""
+
+    classifier_id: int
+    name: str
+    majority_rank: int
+    dawid_skene_rank: int
+    majority_score: float
+    dawid_skene_score: float
+
+
+class QualityRead(BaseModel):
+    """Agreement and reliability of a competition's votes, and whether label noise moves its ranking."""
+
+    competition_id: int
+    questions: int = Field(description="Questions with a counted vote (gold questions left out).")
+    votes: int = Field(description="Counted votes on them (annotators whose votes are excluded left out).")
+    alpha: float | None = Field(
+        description="Krippendorff's α (nominal) over the questions with two or more counted votes; 1 is "
+        "perfect agreement, 0 what chance gives; null when undefined."
+    )
+    dawid_skene_prior_yes: float = Field(description="Dawid–Skene estimate of the share of yes answers.")
+    dawid_skene_iterations: int
+    labels_changed: int = Field(
+        description="Decided questions whose Dawid–Skene label differs from the panel's majority outcome."
+    )
+    annotators: list[AnnotatorReliabilityRead]
+    rankings: list[RankingComparisonRead]
+    srcc_majority_vs_dawid_skene: float | None = Field(
+        description="Spearman's ρ between the MAD scores from majority outcomes and from Dawid–Skene labels "
+        "(classifiers with labelled images); null when undefined."
+    )

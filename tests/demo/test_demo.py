@@ -1,4 +1,5 @@
-"""A small `make demo ARGS=--simulate`: real digits, timm training, worker, HTTP labelling, leaderboard."""
+"""A small `make demo ARGS=--simulate`: real digits, timm training, worker, HTTP labelling, leaderboard, and
+the agreement α of the simulated panel."""
 
 import re
 
@@ -7,7 +8,7 @@ from typer.testing import CliRunner
 from app.cli.main import app as cli
 
 
-def test_small_simulated_demo_ends_with_the_srcc_line_and_reruns_from_what_exists(tmp_path):
+def test_small_simulated_demo_ends_with_the_srcc_and_agreement_line_and_reruns_from_what_exists(tmp_path):
     env = {"MAD_DATA_DIR": str(tmp_path / "demo-data"), "MAD_ENV": "development", "COLUMNS": "200"}
     arguments = ["demo", "--simulate", "--images", "300", "--training-steps", "15"]
 
@@ -15,8 +16,9 @@ def test_small_simulated_demo_ends_with_the_srcc_line_and_reruns_from_what_exist
     assert first.exit_code == 0, first.output
     assert "300 added" in first.output
     assert re.search(r"trained resnet18 on \d+ digits", first.output)
-    match = re.search(r"^SRCC\(MAD rank, true accuracy rank\) = (-?[01]\.\d{3})$", first.output, re.MULTILINE)
-    assert match and -1 <= float(match.group(1)) <= 1
+    line = r"^SRCC\(MAD rank, true accuracy rank\) = (-?[01]\.\d{3}) · agreement α = (-?[01]\.\d{3})$"
+    match = re.search(line, first.output, re.MULTILINE)
+    assert match and -1 <= float(match.group(1)) <= 1 and -1 <= float(match.group(2)) <= 1
     assert first.output.rstrip().endswith(match.group(0))
 
     second = CliRunner().invoke(cli, arguments, env=env, catch_exceptions=False)

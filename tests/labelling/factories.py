@@ -1,6 +1,7 @@
 """Test data for labelling: images in a competition, classifiers, and stored pair selections."""
 
 import hashlib
+import re
 from itertools import combinations
 
 from sqlalchemy import func, select
@@ -18,6 +19,7 @@ from app.labelling.subsets import store_pair_subset
 from app.labelling.types import Answer, PairEntry, PresentedItem
 from app.users import service as users_service
 from app.users.models import Role
+from tests.conftest import TEST_PASSWORD
 from tests.support.images import image_bytes
 
 
@@ -134,3 +136,14 @@ def users_with_tokens(
         )
         accounts.append((user.id, users_service.create_api_token(db_session=db_session, user=user, name="t")))
     return accounts
+
+
+def sign_in(client, username: str) -> None:
+    """Sign the test client in through the login form."""
+    csrf = re.search(r'name="csrf_token" value="([^"]+)"', client.get("/login").text).group(1)
+    signed_in = client.post(
+        "/login",
+        data={"username": username, "password": TEST_PASSWORD, "csrf_token": csrf, "next": "/"},
+        follow_redirects=False,
+    )
+    assert signed_in.status_code == 303

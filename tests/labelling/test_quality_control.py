@@ -9,8 +9,8 @@ from sqlalchemy import select
 from app.images.models import Image
 from app.labelling.models import QualityFlag, Question
 from app.users.models import Role, User
-from tests.conftest import TEST_PASSWORD, bearer, make_user
-from tests.labelling.factories import add_images, labelling_competition
+from tests.conftest import bearer, make_user
+from tests.labelling.factories import add_images, labelling_competition, sign_in
 
 GOLD_ANSWERS = [{"class_index": 3, "answer": True}, {"class_index": 4, "answer": False}]
 """Each gold image's two questions: always "yes" is right once in two."""
@@ -46,17 +46,6 @@ def flags(client, competition, admin_headers) -> list[dict]:
     )
     assert listed.status_code == 200, listed.text
     return listed.json()
-
-
-def sign_in(client, username: str) -> None:
-    """Sign the test client in through the login form."""
-    csrf = re.search(r'name="csrf_token" value="([^"]+)"', client.get("/login").text).group(1)
-    signed_in = client.post(
-        "/login",
-        data={"username": username, "password": TEST_PASSWORD, "csrf_token": csrf, "next": "/"},
-        follow_redirects=False,
-    )
-    assert signed_in.status_code == 303
 
 
 def test_quality_careless_annotator_is_paused_before_their_50th_answer_and_told_why(

@@ -1,0 +1,132 @@
+"""Agreement and reliability of a competition's votes (app.core.agreement) and the MAD ranking recomputed
+from Dawid–Skene labels beside the majority ranking, so a lab can see whether label noise moves its result.
+
+The votes are the counted ones (annotators whose votes are excluded left out) on questions that are not gold
+(their answers are known, and measure annotators elsewhere). A gold question on a pair image keeps its known
+answer in both rankings.
+"""
+
+import math
+
+import numpy as np
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.competitions.models import Competition
+from app.core.agreement import Votes, alpha_against_others, dawid_skene, nominal_alpha, reliability_matrix
+from app.core.analysis import srcc
+from app.core.ranking import count_outcomes, rank_classifiers
+from app.labelling.models import PairSubset, Question, Vote
+from app.labelling.results import QUESTION_A, QUESTION_B, labelled_pair_images
+from app.leaderboard.schemas import AnnotatorReliabilityRead, QualityRead, RankingComparisonRead
+from app.leaderboard.standings import finite_or_none, ranked_pairs
+from app.users.models import User
+
+
+def competition_quality(*, db_session: Session, competition: Competition) -> QualityRead:
+    """Krippendorff's α over the questions and per annotator, Dawid–Skene reliabilities, and the MAD ranking
+    from majority outcomes beside the one from Dawid–Skene labels with the SRCC between them."""
+    rows = db_session.execute(
+        select(Vote.question_id, Vote.user_id, Vote.answer, Question.outcome, User.username)
+        .join(Question, Question.id == Vote.question_id)
+        .join(User, User.id == Vote.user_id)
+        .where(
+            Question.competition_id == competition.id, Question.gold_answer.is_(None), ~User.votes_excluded
+        )
+        .order_by(Vote.question_id, Vote.user_id)
+    ).all()
+    question_ids = sorted({row.question_id for row in rows})
+    users = dict(sorted({(row.user_id, row.username) for row in rows}))
+    question_index = {question_id: index for index, question_id in enumerate(question_ids)}
+    user_index = {user_id: index for index, user_id in enumerate(users)}
+    votes = Votes(
+        np.array([question_index[row.question_id] for row in rows], dtype=np.int64),
+        np.array([user_index[row.user_id] for row in rows], dtype=np.int64),
+        np.array([row.answer for row in rows], dtype=bool),
+        len(question_ids),
+        len(users),
+    )
+    estimate = dawid_skene(votes)
+    outcomes = {row.question_id: row.outcome for row in rows}
+    label_of = {question_id: bool(estimate.labels[index]) for question_id, index in question_index.items()}
+    alphas = alpha_against_others(votes)
+    answers = np.bincount(votes.annotator, minlength=votes.n_annotators)
+    rankings, correlation = _rankings(db_session, competition, label_of)
+    return QualityRead(
+        competition_id=competition.id,
+        questions=votes.n_questions,
+        votes=len(rows),
+        alpha=finite_or_none(nominal_alpha(reliability_matrix(votes))),
+        dawid_skene_prior_yes=estimate.prior_yes,
+        dawid_skene_iterations=estimate.iterations,
+        labels_changed=sum(
+            outcome is not None and outcome != label_of[question_id]
+            for question_id, outcome in outcomes.items()
+        ),
+        annotators=[
+            AnnotatorReliabilityRead(
+                user_id=user_id,
+                username=username,
+                answers=int(answers[index]),
+                alpha_against_others=finite_or_none(float(alphas[index])),
+                dawid_skene_accuracy=float(estimate.accuracy[index]),
+                dawid_skene_sensitivity=float(estimate.sensitivity[index]),
+                dawid_skene_specificity=float(estimate.specificity[index]),
+            )
+            for index, (user_id, username) in enumerate(users.items())
+        ],
+        rankings=rankings,
+        srcc_majority_vs_dawid_skene=correlation,
+    )
+
+
+def _rankings(
+    db_session: Session, competition: Competition, label_of: dict[int, bool]
+) -> tuple[list[RankingComparisonRead], float | None]:
+    """The Perron ranking of the ranked classifiers from majority outcomes and from Dawid–Skene labels (a
+    question without counted votes keeps its outcome), and the SRCC of their scores."""
+    classifiers = ranked_pairs(db_session=db_session, competition=competition).classifiers
+    index_of = {classifier.id: index for index, classifier in enumerate(classifiers)}
+    majority: dict[tuple[int, int], list[tuple[bool, bool]]] = {}
+    relabelled: dict[tuple[int, int], list[tuple[bool, bool]]] = {}
+    columns = (PairSubset.classifier_a_id, PairSubset.classifier_b_id, QUESTION_A.id, QUESTION_A.outcome)
+    columns += (QUESTION_B.id, QUESTION_B.outcome)
+    for a_id, b_id, question_a, outcome_a, question_b, outcome_b in db_session.execute(
+        labelled_pair_images(competition.id, *columns)
+    ):
+        if a_id in index_of and b_id in index_of:
+            pair = (index_of[a_id], index_of[b_id])
+            majority.setdefault(pair, []).append((outcome_a, outcome_b))
+            labels = (label_of.get(question_a, outcome_a), label_of.get(question_b, outcome_b))
+            relabelled.setdefault(pair, []).append(labels)
+    if not classifiers:
+        return [], None
+    by_majority, by_dawid_skene = (
+        rank_classifiers(count_outcomes(_as_arrays(outcomes), len(classifiers)), competition.smoothing)
+        for outcomes in (majority, relabelled)
+    )
+    evidence = ~by_majority.without_evidence
+    correlation = (
+        srcc(by_majority.perron.scores[evidence], by_dawid_skene.perron.scores[evidence])
+        if evidence.sum() >= 2
+        else math.nan
+    )
+    return [
+        RankingComparisonRead(
+            classifier_id=classifier.id,
+            name=classifier.name,
+            majority_rank=int(by_majority.ranks[index]),
+            dawid_skene_rank=int(by_dawid_skene.ranks[index]),
+            majority_score=float(by_majority.perron.scores[index]),
+            dawid_skene_score=float(by_dawid_skene.perron.scores[index]),
+        )
+        for index, classifier in enumerate(classifiers)
+    ], None if math.isnan(correlation) else correlation
+
+
+def _as_arrays(outcomes: dict[tuple[int, int], list[tuple[bool, bool]]]) -> dict:
+    """Per pair: the two aligned boolean arrays count_outcomes takes."""
+    return {
+        pair: (np.array([a for a, _ in labels], dtype=bool), np.array([b for _, b in labels], dtype=bool))
+        for pair, labels in outcomes.items()
+    }
