@@ -109,6 +109,7 @@ ROUTES = {
     ("GET", "/api/v1/competitions/{competition_id}/exports/votes"): ADMIN,
     ("GET", "/api/v1/competitions/{competition_id}/exports/questions"): ADMIN,
     ("GET", "/api/v1/competitions/{competition_id}/exports/adjudications"): ADMIN,
+    ("GET", "/api/v1/competitions/{competition_id}/quality"): ADMIN,
     ("GET", "/competitions/{competition_id}/leaderboard"): PUBLIC,
     ("GET", "/leaderboards/{slug}"): PUBLIC,
     ("GET", "/competitions/{competition_id}/pairs/{a_id}/{b_id}"): PUBLIC,
