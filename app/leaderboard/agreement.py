@@ -89,11 +89,16 @@ def _rankings(
     index_of = {classifier.id: index for index, classifier in enumerate(classifiers)}
     majority: dict[tuple[int, int], list[tuple[bool, bool]]] = {}
     relabelled: dict[tuple[int, int], list[tuple[bool, bool]]] = {}
-    columns = (PairSubset.classifier_a_id, PairSubset.classifier_b_id, QUESTION_A.id, QUESTION_A.outcome)
-    columns += (QUESTION_B.id, QUESTION_B.outcome)
-    for a_id, b_id, question_a, outcome_a, question_b, outcome_b in db_session.execute(
-        labelled_pair_images(competition.id, *columns)
-    ):
+    pair_questions = labelled_pair_images(
+        competition.id,
+        PairSubset.classifier_a_id,
+        PairSubset.classifier_b_id,
+        QUESTION_A.id,
+        QUESTION_A.outcome,
+        QUESTION_B.id,
+        QUESTION_B.outcome,
+    )
+    for a_id, b_id, question_a, outcome_a, question_b, outcome_b in db_session.execute(pair_questions):
         if a_id in index_of and b_id in index_of:
             pair = (index_of[a_id], index_of[b_id])
             majority.setdefault(pair, []).append((outcome_a, outcome_b))
