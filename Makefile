@@ -26,4 +26,4 @@ lint: $(INSTALLED)  ## ruff, and the mypy type check of app/ and workers/
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

@@ -242,13 +242,9 @@ def held_job(*, db_session: Session, job_id: int, lease_token: str, kind: JobKin
 
     Raises Conflict when another worker holds it now (lease lost) and NotFound for an unknown job.
     """
-    job = db_session.scalar(select(Job).where(Job.id == job_id).with_for_update())
-    if job is None:
-        raise NotFound(f"no job with id {job_id}")
-    if job.kind != kind:
-        raise InvalidInput(f"job {job_id} is a {job.kind.value} job, not a {kind.value} job")
+    job = _job(db_session, job_id, kind, lock=True)
     if job.lease_token != lease_token:
-        raise Conflict(f"job {job_id}: lease lost, another worker holds or finished it")
+        raise _lease_lost(job_id)
     if job.status == JobStatus.done:
         return None
     if job.status != JobStatus.running:
@@ -269,11 +265,9 @@ def mark_done(*, db_session: Session, job: Job) -> None:
 def fail(*, db_session: Session, job_id: int, lease_token: str, error: str, permanent: bool) -> Job:
     """Requeue a failed job, or fail it (and its classifier) when permanent or out of attempts."""
     lock_competition_of_job(db_session=db_session, job_id=job_id)
-    job = db_session.scalar(select(Job).where(Job.id == job_id).with_for_update())
-    if job is None:
-        raise NotFound(f"no job with id {job_id}")
+    job = _job(db_session, job_id, lock=True)
     if job.lease_token != lease_token or job.status != JobStatus.running:
-        raise Conflict(f"job {job_id}: lease lost, another worker holds or finished it")
+        raise _lease_lost(job_id)
     if permanent or job.attempts >= job.max_attempts:
         _fail_permanently(db_session=db_session, job=job, error=error, now=utcnow())
     else:
@@ -430,14 +424,25 @@ def leased_predict_job(*, db_session: Session, job_id: int, lease_token: str) ->
     """The running predict job under this lease (not locked: reading its images changes nothing).
 
     Raises Conflict when the lease is not (or no longer) this one, NotFound for an unknown job."""
-    job = db_session.get(Job, job_id)
+    job = _job(db_session, job_id, JobKind.predict, lock=False)
+    if job.lease_token != lease_token or job.status != JobStatus.running:
+        raise _lease_lost(job_id)
+    return job
+
+
+def _job(db_session: Session, job_id: int, kind: JobKind | None = None, *, lock: bool) -> Job:
+    """The job (locked FOR UPDATE if asked); NotFound for an unknown id, InvalidInput if not of this kind."""
+    job = db_session.get(Job, job_id, with_for_update=lock)
     if job is None:
         raise NotFound(f"no job with id {job_id}")
-    if job.kind != JobKind.predict:
-        raise InvalidInput(f"job {job_id} is a {job.kind.value} job, not a predict job")
-    if job.lease_token != lease_token or job.status != JobStatus.running:
-        raise Conflict(f"job {job_id}: lease lost, another worker holds or finished it")
+    if kind is not None and job.kind != kind:
+        raise InvalidInput(f"job {job_id} is a {job.kind.value} job, not a {kind.value} job")
     return job
+
+
+def _lease_lost(job_id: int) -> Conflict:
+    """The error of a worker whose lease on the job has gone to another worker or ended."""
+    return Conflict(f"job {job_id}: lease lost, another worker holds or finished it")
 
 
 def excluded_ordinals(*, db_session: Session, competition_id: int) -> list[int]:
