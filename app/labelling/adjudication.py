@@ -133,7 +133,7 @@ def counted_flags(
 ) -> dict[int, dict[FlagReason, int]]:
     """{image_id: {reason: flags}} of annotators whose votes count, on every image or on one."""
     statement = (
-        select(DifficultyFlag.image_id, DifficultyFlag.reason, func.count())
+        select(DifficultyFlag.image_id, DifficultyFlag.reason, func.count().label("flags"))
         .join(User, User.id == DifficultyFlag.user_id)
         .where(DifficultyFlag.competition_id == competition.id, ~User.votes_excluded)
         .group_by(DifficultyFlag.image_id, DifficultyFlag.reason)
@@ -141,8 +141,8 @@ def counted_flags(
     if image_id is not None:
         statement = statement.where(DifficultyFlag.image_id == image_id)
     flags: dict[int, dict[FlagReason, int]] = {}
-    for flagged_image, reason, count in db_session.execute(statement).all():
-        flags.setdefault(flagged_image, {})[reason] = count
+    for row in db_session.execute(statement).all():
+        flags.setdefault(row.image_id, {})[row.reason] = row.flags
     return flags
 
 

@@ -16,8 +16,8 @@ from app.competitions.models import Competition
 from app.core.agreement import Votes, alpha_against_others, dawid_skene, nominal_alpha, reliability_matrix
 from app.core.analysis import srcc
 from app.core.ranking import count_outcomes, rank_classifiers
-from app.labelling.models import PairSubset, Question, Vote
-from app.labelling.results import QUESTION_A, QUESTION_B, labelled_pair_images
+from app.labelling.models import Question, Vote
+from app.labelling.results import PAIR_OUTCOMES, QUESTION_A, QUESTION_B, labelled_pair_images
 from app.leaderboard.schemas import AnnotatorReliabilityRead, QualityRead, RankingComparisonRead
 from app.leaderboard.standings import finite_or_none, ranked_pairs
 from app.users.models import User
@@ -90,19 +90,16 @@ def _rankings(
     majority: dict[tuple[int, int], list[tuple[bool, bool]]] = {}
     relabelled: dict[tuple[int, int], list[tuple[bool, bool]]] = {}
     pair_questions = labelled_pair_images(
-        competition.id,
-        PairSubset.classifier_a_id,
-        PairSubset.classifier_b_id,
-        QUESTION_A.id,
-        QUESTION_A.outcome,
-        QUESTION_B.id,
-        QUESTION_B.outcome,
+        competition.id, *PAIR_OUTCOMES, QUESTION_A.id.label("question_a"), QUESTION_B.id.label("question_b")
     )
-    for a_id, b_id, question_a, outcome_a, question_b, outcome_b in db_session.execute(pair_questions):
-        if a_id in index_of and b_id in index_of:
-            pair = (index_of[a_id], index_of[b_id])
-            majority.setdefault(pair, []).append((outcome_a, outcome_b))
-            labels = (label_of.get(question_a, outcome_a), label_of.get(question_b, outcome_b))
+    for row in db_session.execute(pair_questions):
+        if row.classifier_a_id in index_of and row.classifier_b_id in index_of:
+            pair = (index_of[row.classifier_a_id], index_of[row.classifier_b_id])
+            majority.setdefault(pair, []).append((row.correct_a, row.correct_b))
+            labels = (
+                label_of.get(row.question_a, row.correct_a),
+                label_of.get(row.question_b, row.correct_b),
+            )
             relabelled.setdefault(pair, []).append(labels)
     if not classifiers:
         return [], None
