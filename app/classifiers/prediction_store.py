@@ -40,6 +40,25 @@ class PredictionStoreError(RuntimeError):
     """Stored predictions are incomplete, overlapping or unreadable; the message names ordinals or file."""
 
 
+EMPTY_VALUES = {"top1": NO_LABEL, "prob": 0, "entropy_bits": np.nan, "top5": NO_LABEL, "top5_prob": 0}
+"""What each array holds where there is no prediction."""
+
+
+def empty_array(name: str, n: int) -> np.ndarray:
+    """One array of `n` rows of no prediction."""
+    shape = (n, TOP_K) if name.startswith("top5") else (n,)
+    return np.full(shape, EMPTY_VALUES[name], ARRAY_DTYPES[name])
+
+
+def check_array(name: str, array: np.ndarray, n: int) -> None:
+    """Raise ValueError unless `array` has the dtype and shape of `name` for n rows."""
+    shape = (n, TOP_K) if name.startswith("top5") else (n,)
+    if array.dtype != ARRAY_DTYPES[name] or array.shape != shape:
+        raise ValueError(
+            f"{name} must be {np.dtype(ARRAY_DTYPES[name])} {shape}, got {array.dtype} {array.shape}"
+        )
+
+
 @dataclass(frozen=True, eq=False)
 class Predictions:
     """One classifier's predictions for a run of images, one row per image (layout: module docstring)."""
@@ -52,12 +71,8 @@ class Predictions:
 
     def __post_init__(self) -> None:
         """Check every array's dtype and shape against the layout."""
-        n = len(self.top1)
-        for name, dtype in ARRAY_DTYPES.items():
-            array = getattr(self, name)
-            shape = (n, TOP_K) if name.startswith("top5") else (n,)
-            if array.dtype != dtype or array.shape != shape:
-                raise ValueError(f"{name} must be {np.dtype(dtype)} {shape}, got {array.dtype} {array.shape}")
+        for name in ARRAY_DTYPES:
+            check_array(name, getattr(self, name), len(self.top1))
 
     def __len__(self) -> int:
         """Number of images."""
@@ -66,13 +81,7 @@ class Predictions:
     @classmethod
     def empty(cls, n: int) -> "Predictions":
         """`n` rows of no prediction."""
-        return cls(
-            top1=np.full(n, NO_LABEL, np.int32),
-            prob=np.zeros(n, np.float32),
-            entropy_bits=np.full(n, np.nan, np.float32),
-            top5=np.full((n, TOP_K), NO_LABEL, np.int32),
-            top5_prob=np.zeros((n, TOP_K), np.float32),
-        )
+        return cls(**{name: empty_array(name, n) for name in ARRAY_DTYPES})
 
     @classmethod
     def concatenate(cls, parts: list["Predictions"]) -> "Predictions":
@@ -118,25 +127,36 @@ class PredictionStore:
         """One classifier's predictions for ordinals 0..n_images-1, checking each is stored exactly once."""
         ranges = self.shard_ranges(classifier_id)
         _check_coverage(ranges, n_images, classifier_id)
-        parts = self._read_shards(classifier_id, ranges)
+        parts = [
+            Predictions(**arrays) for arrays in self._read_shards(classifier_id, ranges, tuple(ARRAY_DTYPES))
+        ]
         return Predictions.concatenate(parts) if parts else Predictions.empty(0)
 
     def read_available(self, classifier_id: int | str, n_images: int) -> Predictions:
         """Predictions for ordinals 0..n_images-1, with no-prediction rows where no shard is stored (yet)."""
+        return Predictions(**self.read_available_arrays(classifier_id, n_images, tuple(ARRAY_DTYPES)))
+
+    def read_available_arrays(
+        self, classifier_id: int | str, n_images: int, names: tuple[str, ...]
+    ) -> dict[str, np.ndarray]:
+        """The named arrays of read_available, reading only those from each shard (a selection needs two
+        of the five)."""
         ranges = self.shard_ranges(classifier_id)
         _check_no_overlap_or_overrun(ranges, n_images, classifier_id)
-        predictions = Predictions.empty(n_images)
-        for (start, end), shard in zip(ranges, self._read_shards(classifier_id, ranges), strict=True):
-            for name, values in shard.arrays().items():
-                getattr(predictions, name)[start:end] = values
-        return predictions
+        arrays = {name: empty_array(name, n_images) for name in names}
+        for (start, end), shard in zip(ranges, self._read_shards(classifier_id, ranges, names), strict=True):
+            for name, values in shard.items():
+                arrays[name][start:end] = values
+        return arrays
 
-    def _read_shards(self, classifier_id: int | str, ranges: list[tuple[int, int]]) -> list[Predictions]:
-        """The shards of these ranges, fetched together."""
+    def _read_shards(
+        self, classifier_id: int | str, ranges: list[tuple[int, int]], names: tuple[str, ...]
+    ) -> list[dict[str, np.ndarray]]:
+        """The named arrays of the shards of these ranges, fetched together."""
         keys = [prediction_shard_key(classifier_id, start, end) for start, end in ranges]
         blobs = self.blobs.get_many(keys)
         return [
-            _read_shard(key, data, end - start)
+            _read_shard(key, data, end - start, names)
             for key, data, (start, end) in zip(keys, blobs, ranges, strict=True)
         ]
 
@@ -176,13 +196,19 @@ def _check_no_overlap_or_overrun(
         )
 
 
-def _read_shard(key: str, data: bytes, n_rows: int) -> Predictions:
-    """The predictions in one shard blob, checked to hold `n_rows` rows of the documented arrays."""
+def _read_shard(key: str, data: bytes, n_rows: int, names: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """The named arrays in one shard blob, each checked to hold `n_rows` rows of the documented layout."""
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as shard:
-            predictions = Predictions(**{name: shard[name] for name in ARRAY_DTYPES})
+            arrays = {name: shard[name] for name in names}
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
         raise PredictionStoreError(f"prediction shard {key} is unreadable: {error}") from error
-    if len(predictions) != n_rows:
-        raise PredictionStoreError(f"prediction shard {key} has {len(predictions)} rows, expected {n_rows}")
-    return predictions
+    rows = len(arrays[names[0]])
+    try:
+        for name, array in arrays.items():
+            check_array(name, array, rows)
+    except ValueError as error:
+        raise PredictionStoreError(f"prediction shard {key} is unreadable: {error}") from error
+    if rows != n_rows:
+        raise PredictionStoreError(f"prediction shard {key} has {rows} rows, expected {n_rows}")
+    return arrays

@@ -12,8 +12,6 @@ fixed-width string array (dtype '<U64' or 'S64'). Images of the competition abse
 no prediction (top1 = -1), as if they could not be decoded.
 """
 
-from collections import Counter
-from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +29,11 @@ ZIP_MAGIC = b"PK\x03\x04"
 MAX_BYTES_PER_ROW = 256
 """Most bytes an NPZ array may hold per image of the competition (a '<U64' hash is 256)."""
 EXAMPLES_SHOWN = 3
+HASH_CHARS = 64
+HASH_DTYPE = np.dtype(f"S{HASH_CHARS}")
+"""Hex sha256 values as fixed-width bytes, the form in which hashes are matched."""
+LOWER_ASCII = np.array([ord(chr(code).lower()) if code < 128 else 0 for code in range(256)], np.uint8)
+"""Each byte lowercased; a byte outside ASCII becomes 0."""
 ENTROPY_SLACK_BITS = 1e-3
 
 
@@ -38,12 +41,13 @@ class PredictionUploadError(ValueError):
     """An uploaded predictions file that cannot be used; the message says what is wrong and where."""
 
 
-def read_prediction_upload(path: Path, ordinal_by_sha256: Mapping[str, int], num_classes: int) -> Predictions:
-    """Dense predictions for ordinals 0..len(ordinal_by_sha256)-1 from an uploaded Parquet or NPZ file.
+def read_prediction_upload(path: Path, competition_hashes: np.ndarray, num_classes: int) -> Predictions:
+    """Dense predictions for ordinals 0..n-1 from an uploaded Parquet or NPZ file.
 
-    `ordinal_by_sha256` maps each of the competition's images (lowercase hex sha256) to its ordinal.
+    `competition_hashes` holds the sha256 of each of the competition's n images in ordinal order, as
+    lowercase hex in a HASH_DTYPE array.
     """
-    columns = _read_columns(path, max_rows=len(ordinal_by_sha256))
+    columns = _read_columns(path, max_rows=len(competition_hashes))
     missing = [name for name in REQUIRED_COLUMNS if name not in columns]
     if missing:
         raise PredictionUploadError(
@@ -52,10 +56,9 @@ def read_prediction_upload(path: Path, ordinal_by_sha256: Mapping[str, int], num
     if ("top5" in columns) != ("top5_prob" in columns):
         raise PredictionUploadError("top5 and top5_prob must be given together")
     n_rows = _check_lengths(columns)
-    hashes = _hashes(columns["sha256"])
-    ordinals = _ordinals(hashes, ordinal_by_sha256)
+    ordinals = _ordinals(columns["sha256"], competition_hashes)
     rows = _validated_rows(columns, num_classes, n_rows)
-    predictions = Predictions.empty(len(ordinal_by_sha256))
+    predictions = Predictions.empty(len(competition_hashes))
     for name, values in rows.arrays().items():
         getattr(predictions, name)[ordinals] = values
     return predictions
@@ -96,8 +99,24 @@ def _read_parquet(path: Path, max_rows: int) -> dict[str, np.ndarray]:
         column = table.column(name).combine_chunks()
         if column.null_count:
             raise PredictionUploadError(f"column {name} has {column.null_count} empty (null) values")
-        columns[name] = _list_column(name, column) if name.startswith("top5") else column.to_numpy(False)
+        if name.startswith("top5"):
+            columns[name] = _list_column(name, column)
+        elif name == "sha256":
+            columns[name] = _hash_column(column)
+        else:
+            columns[name] = column.to_numpy(False)
     return columns
+
+
+def _hash_column(column: pa.Array) -> np.ndarray:
+    """A Parquet column of 64-character strings as HASH_DTYPE over Arrow's buffer; any other column as
+    numpy makes it (Python objects for strings of other lengths, refused later)."""
+    is_text = pa.types.is_string(column.type) or pa.types.is_binary(column.type)
+    if not is_text or not pc.all(pc.equal(pc.binary_length(column), HASH_CHARS)).as_py():
+        return column.to_numpy(False)
+    _, offsets, data = column.buffers()
+    first = int(np.frombuffer(offsets, np.int32, count=1, offset=column.offset * 4)[0])
+    return np.frombuffer(data, HASH_DTYPE, count=len(column), offset=first)
 
 
 def _list_column(name: str, column: pa.Array) -> np.ndarray:
@@ -139,29 +158,63 @@ def _check_lengths(columns: dict[str, np.ndarray]) -> int:
     return n_rows
 
 
-def _hashes(values: np.ndarray) -> list[str]:
-    """The sha256 column as lowercase strings."""
+def _ordinals(values: np.ndarray, competition_hashes: np.ndarray) -> np.ndarray:
+    """The ordinal of each row's image, refusing duplicate or unknown hashes (matched by Arrow's hash
+    table over the fixed-width hashes, not row by row)."""
     if values.dtype.kind not in "USO":
         raise PredictionUploadError(f"sha256 must hold hex strings, not {values.dtype}")
-    hashes = [
-        value.decode("ascii", "replace") if isinstance(value, bytes) else str(value) for value in values
-    ]
-    return [sha.lower() for sha in hashes]
+    if values.dtype.kind == "O":  # only Parquet hashes not all 64 characters long: a file to refuse
+        values = np.array([_text(value) for value in values])
+    index = pc.index_in(_fixed_width(_hashes(values)), value_set=_fixed_width(competition_hashes))
+    ordinals = pc.fill_null(index, -1).to_numpy().astype(np.int64)
+    unknown = np.flatnonzero(ordinals < 0)
+    duplicated = _first_of_repeated(np.char.lower(values)) if len(unknown) else _first_of_repeated(ordinals)
+    if len(duplicated):
+        raise PredictionUploadError(
+            f"{len(duplicated)} sha256 value(s) occur more than once: {_shown(values, duplicated)}"
+        )
+    if len(unknown):
+        raise PredictionUploadError(
+            f"{len(unknown)} sha256 value(s) are not images of this competition: {_shown(values, unknown)}"
+        )
+    return ordinals
 
 
-def _ordinals(hashes: list[str], ordinal_by_sha256: Mapping[str, int]) -> np.ndarray:
-    """The ordinal of each row's image, refusing duplicate or unknown hashes."""
-    duplicates = [sha for sha, count in Counter(hashes).items() if count > 1]
-    if duplicates:
-        raise PredictionUploadError(
-            f"{len(duplicates)} sha256 value(s) occur more than once: {_few(duplicates)}"
-        )
-    unknown = [sha for sha in hashes if sha not in ordinal_by_sha256]
-    if unknown:
-        raise PredictionUploadError(
-            f"{len(unknown)} sha256 value(s) are not images of this competition: {_few(unknown)}"
-        )
-    return np.fromiter((ordinal_by_sha256[sha] for sha in hashes), np.int64, len(hashes))
+def _hashes(values: np.ndarray) -> np.ndarray:
+    """A sha256 column of strings or bytes as lowercase HASH_DTYPE, in which a value that is not 64 ASCII
+    characters holds a zero byte, which no image's hash does."""
+    codes = values.view(np.uint32 if values.dtype.kind == "U" else np.uint8).reshape(len(values), -1)
+    if codes.shape[1] != HASH_CHARS:  # a file to refuse, unless these are '<U64' strings
+        too_long = codes[:, HASH_CHARS:].any(axis=1)
+        codes = np.pad(codes[:, :HASH_CHARS], ((0, 0), (0, max(0, HASH_CHARS - codes.shape[1]))))
+        codes[too_long, 0] = 0
+    if codes.dtype != np.uint8:
+        codes = np.where(codes < len(LOWER_ASCII), codes, 0).astype(np.uint8)
+    return LOWER_ASCII[codes].view(HASH_DTYPE).ravel()
+
+
+def _fixed_width(hashes: np.ndarray) -> pa.FixedSizeBinaryArray:
+    """A HASH_DTYPE array as an Arrow array over the same memory."""
+    hashes = np.ascontiguousarray(hashes)
+    return pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(HASH_CHARS), len(hashes), [None, pa.py_buffer(hashes)]
+    )
+
+
+def _first_of_repeated(keys: np.ndarray) -> np.ndarray:
+    """The first row of each key that occurs more than once, in row order."""
+    _, first, counts = np.unique(keys, return_index=True, return_counts=True)
+    return np.sort(first[counts > 1])
+
+
+def _text(value) -> str:
+    """A sha256 value as lowercase text, as it is shown in messages."""
+    return (value.decode("ascii", "replace") if isinstance(value, bytes) else str(value)).lower()
+
+
+def _shown(values: np.ndarray, rows: np.ndarray) -> str:
+    """_few of the lowercase values in these rows."""
+    return _few([_text(values[row]) for row in rows[: EXAMPLES_SHOWN + 1]])
 
 
 def _validated_rows(columns: dict[str, np.ndarray], num_classes: int, n_rows: int) -> Predictions:

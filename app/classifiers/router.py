@@ -211,7 +211,9 @@ def download_predictions(
         raise InvalidInput(f"unknown fields {unknown}; choose from {list(ARRAY_DTYPES)}")
     classifier = service.get_classifier(db_session=db_session, classifier_id=classifier_id)
     n_images = competition_image_count(db_session=db_session, competition_id=classifier.competition_id)
-    arrays = service.read_predictions(settings=settings, classifier=classifier, n_images=n_images).arrays()
+    arrays = service.read_prediction_arrays(
+        settings=settings, classifier=classifier, n_images=n_images, names=tuple(dict.fromkeys(fields))
+    )
     buffer = io.BytesIO()
-    np.savez(buffer, allow_pickle=False, **{name: arrays[name] for name in fields})
+    np.savez(buffer, allow_pickle=False, **arrays)
     return Response(buffer.getvalue(), media_type=NPZ_MEDIA_TYPE)

@@ -9,20 +9,25 @@ The jobs of a registered classifier are queued by app.jobs.lifecycle.enqueue_cla
 import hashlib
 from pathlib import Path
 
-from sqlalchemy import select
+import numpy as np
+from sqlalchemy import func, literal, select
+from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.orm import Session
 
 from app.classifiers.enums import ClassifierSource, ClassifierStatus
 from app.classifiers.models import Classifier
-from app.classifiers.prediction_store import Predictions, PredictionStore, PredictionStoreError
-from app.classifiers.prediction_upload import PredictionUploadError, read_prediction_upload
+from app.classifiers.prediction_store import ARRAY_DTYPES, Predictions, PredictionStore, PredictionStoreError
+from app.classifiers.prediction_upload import HASH_DTYPE, PredictionUploadError, read_prediction_upload
 from app.competitions.models import Competition
 from app.errors import Conflict, InvalidInput, NotFound, storage_errors
 from app.images.models import CompetitionImage, Image
+from app.images.service import competition_image_count
 from app.settings import Settings
 from app.storage.keys import weights_key
 
 WEIGHTS_CONTENT_TYPE = "application/octet-stream"
+HASHES_PER_QUERY = 1_000_000
+"""Image hashes joined into one string by Postgres (64 MB; a text value may hold 1 GB)."""
 
 
 def get_classifier(*, db_session: Session, classifier_id: int) -> Classifier:
@@ -155,6 +160,32 @@ def register_timm_pretrained(
     return classifier
 
 
+def competition_hashes(*, db_session: Session, competition_id: int) -> np.ndarray:
+    """The sha256 of each image of the competition in ordinal order (0..n-1), as HASH_DTYPE; on Postgres
+    joined into one string per HASHES_PER_QUERY images (string_agg), not fetched as a million rows."""
+    statement = (
+        select(Image.sha256)
+        .join(CompetitionImage, CompetitionImage.image_id == Image.id)
+        .where(CompetitionImage.competition_id == competition_id)
+    )
+    if db_session.get_bind().dialect.name != "postgresql":
+        rows = db_session.scalars(statement.order_by(CompetitionImage.ordinal)).all()
+        return np.array(rows, dtype=HASH_DTYPE)
+    joined = statement.with_only_columns(
+        func.string_agg(Image.sha256, aggregate_order_by(literal(""), CompetitionImage.ordinal))
+    )
+    n_images = competition_image_count(db_session=db_session, competition_id=competition_id)
+    parts = [
+        db_session.scalar(
+            joined.where(
+                CompetitionImage.ordinal >= start, CompetitionImage.ordinal < start + HASHES_PER_QUERY
+            )
+        ).encode()
+        for start in range(0, n_images, HASHES_PER_QUERY)
+    ]
+    return np.frombuffer(b"".join(parts), HASH_DTYPE)
+
+
 def ordinal_by_sha256(*, db_session: Session, competition_id: int) -> dict[str, int]:
     """Each image of the competition by its hash."""
     rows = db_session.execute(
@@ -175,11 +206,11 @@ def register_predictions_file(
     reported_accuracy: float | None = None,
 ) -> Classifier:
     """Predictions made elsewhere (Parquet or NPZ keyed by image SHA-256), validated whole, then stored."""
-    ordinals = ordinal_by_sha256(db_session=db_session, competition_id=competition.id)
-    if not ordinals:
+    hashes = competition_hashes(db_session=db_session, competition_id=competition.id)
+    if not len(hashes):
         raise InvalidInput(f"competition {competition.name!r} has no images yet: import them first")
     try:
-        predictions = read_prediction_upload(predictions_file, ordinals, len(competition.class_keys))
+        predictions = read_prediction_upload(predictions_file, hashes, len(competition.class_keys))
     except PredictionUploadError as error:
         raise InvalidInput(f"predictions file: {error}") from None
     classifier = _new_classifier(
@@ -199,8 +230,19 @@ def register_predictions_file(
 
 def read_predictions(*, settings: Settings, classifier: Classifier, n_images: int) -> Predictions:
     """A classifier's predictions for ordinals 0..n-1; ordinals it has not predicted (yet) get none."""
+    return Predictions(
+        **read_prediction_arrays(
+            settings=settings, classifier=classifier, n_images=n_images, names=tuple(ARRAY_DTYPES)
+        )
+    )
+
+
+def read_prediction_arrays(
+    *, settings: Settings, classifier: Classifier, n_images: int, names: tuple[str, ...]
+) -> dict[str, np.ndarray]:
+    """The named arrays of read_predictions, only those read."""
     try:
-        return PredictionStore(settings.blob_store).read_available(classifier.id, n_images)
+        return PredictionStore(settings.blob_store).read_available_arrays(classifier.id, n_images, names)
     except PredictionStoreError as error:
         raise Conflict(f"predictions of classifier {classifier.name!r} are unusable: {error}") from None
 

@@ -12,7 +12,8 @@ from app.classifiers.prediction_upload import PredictionUploadError, read_predic
 
 NUM_CLASSES = 10
 HASHES = [hashlib.sha256(f"image {i}".encode()).hexdigest() for i in range(6)]
-ORDINALS = {sha: ordinal for ordinal, sha in enumerate(HASHES)}
+COMPETITION = np.array(HASHES, dtype="S64")
+"""The competition's image hashes in ordinal order."""
 
 
 def full_columns() -> dict[str, np.ndarray]:
@@ -50,7 +51,7 @@ def write(request, tmp_path):
 
 
 def test_full_file_lands_on_the_images_ordinals(write):
-    predictions = read_prediction_upload(write(full_columns()), ORDINALS, NUM_CLASSES)
+    predictions = read_prediction_upload(write(full_columns()), COMPETITION, NUM_CLASSES)
 
     assert predictions.top1.tolist() == [-1, 0, -1, 9, 7, -1]
     np.testing.assert_allclose(predictions.prob, [0, 0.5, 0, 0.25, 0.9, 0])
@@ -66,7 +67,7 @@ def test_minimal_file_with_uppercase_hashes(write):
     columns = {name: full_columns()[name] for name in ("sha256", "top1", "prob")}
     columns["sha256"] = np.char.upper(columns["sha256"])
 
-    predictions = read_prediction_upload(write(columns), ORDINALS, NUM_CLASSES)
+    predictions = read_prediction_upload(write(columns), COMPETITION, NUM_CLASSES)
 
     assert predictions.top1.tolist() == [-1, 0, -1, 9, 7, -1]
     assert predictions.top5[4].tolist() == [7, -1, -1, -1, -1]
@@ -78,7 +79,7 @@ def test_npz_with_byte_string_hashes(tmp_path):
     columns = full_columns()
     columns["sha256"] = columns["sha256"].astype("S64")
 
-    predictions = read_prediction_upload(write_npz(tmp_path / "p.npz", columns), ORDINALS, NUM_CLASSES)
+    predictions = read_prediction_upload(write_npz(tmp_path / "p.npz", columns), COMPETITION, NUM_CLASSES)
 
     assert predictions.top1.tolist() == [-1, 0, -1, 9, 7, -1]
 
@@ -88,7 +89,7 @@ def test_missing_columns_are_listed(write):
     del columns["prob"]
 
     with pytest.raises(PredictionUploadError, match="missing column.*prob; the file has"):
-        read_prediction_upload(write(columns), ORDINALS, NUM_CLASSES)
+        read_prediction_upload(write(columns), COMPETITION, NUM_CLASSES)
 
 
 def test_unknown_hashes_are_listed(write):
@@ -98,7 +99,22 @@ def test_unknown_hashes_are_listed(write):
     with pytest.raises(
         PredictionUploadError, match=f"1 sha256 value.*not images of this competition: {'f' * 64}"
     ):
-        read_prediction_upload(write(columns), ORDINALS, NUM_CLASSES)
+        read_prediction_upload(write(columns), COMPETITION, NUM_CLASSES)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [HASHES[4] + "0", HASHES[1][:63], "\u0161" + HASHES[3][1:]],  # too long, too short, not ASCII
+        [HASHES[4] + "0", HASHES[4] + "1", HASHES[3]],  # different, though equal in their first 64
+    ],
+)
+def test_hashes_that_are_not_64_hex_characters_are_unknown_not_cut_or_merged(write, values):
+    columns = full_columns()
+    columns["sha256"] = np.array(values)
+
+    with pytest.raises(PredictionUploadError, match="not images of this competition"):
+        read_prediction_upload(write(columns), COMPETITION, NUM_CLASSES)
 
 
 def test_duplicate_hashes_are_refused(write):
@@ -106,7 +122,7 @@ def test_duplicate_hashes_are_refused(write):
     columns["sha256"][2] = columns["sha256"][0]
 
     with pytest.raises(PredictionUploadError, match=f"occur more than once: {HASHES[4]}"):
-        read_prediction_upload(write(columns), ORDINALS, NUM_CLASSES)
+        read_prediction_upload(write(columns), COMPETITION, NUM_CLASSES)
 
 
 @pytest.mark.parametrize(
@@ -127,7 +143,7 @@ def test_out_of_range_values_are_named(write, column, row, value, message):
     columns[column][row] = value
 
     with pytest.raises(PredictionUploadError, match=message):
-        read_prediction_upload(write(columns), ORDINALS, NUM_CLASSES)
+        read_prediction_upload(write(columns), COMPETITION, NUM_CLASSES)
 
 
 def test_float_labels_are_refused(write):
@@ -135,7 +151,7 @@ def test_float_labels_are_refused(write):
     columns["top1"] = columns["top1"].astype(float)
 
     with pytest.raises(PredictionUploadError, match="top1 must hold integer labels, not float64"):
-        read_prediction_upload(write(columns), ORDINALS, NUM_CLASSES)
+        read_prediction_upload(write(columns), COMPETITION, NUM_CLASSES)
 
 
 def test_top5_without_top5_prob(write):
@@ -143,19 +159,19 @@ def test_top5_without_top5_prob(write):
     del columns["top5_prob"]
 
     with pytest.raises(PredictionUploadError, match="top5 and top5_prob must be given together"):
-        read_prediction_upload(write(columns), ORDINALS, NUM_CLASSES)
+        read_prediction_upload(write(columns), COMPETITION, NUM_CLASSES)
 
 
 def test_npz_with_wrong_shapes(tmp_path):
     columns = full_columns()
     columns["top5"] = columns["top5"][:, :4]
     with pytest.raises(PredictionUploadError, match=r"top5 must have shape \(3, 5\), got \(3, 4\)"):
-        read_prediction_upload(write_npz(tmp_path / "a.npz", columns), ORDINALS, NUM_CLASSES)
+        read_prediction_upload(write_npz(tmp_path / "a.npz", columns), COMPETITION, NUM_CLASSES)
 
     columns = full_columns()
     columns["prob"] = columns["prob"][:2]
     with pytest.raises(PredictionUploadError, match=r"prob must have shape \(3,\), got \(2,\)"):
-        read_prediction_upload(write_npz(tmp_path / "b.npz", columns), ORDINALS, NUM_CLASSES)
+        read_prediction_upload(write_npz(tmp_path / "b.npz", columns), COMPETITION, NUM_CLASSES)
 
 
 def test_parquet_list_of_the_wrong_length(tmp_path):
@@ -170,7 +186,7 @@ def test_parquet_list_of_the_wrong_length(tmp_path):
     pq.write_table(table, tmp_path / "p.parquet")
 
     with pytest.raises(PredictionUploadError, match="top5 needs 5 values per row; row 0 has 2"):
-        read_prediction_upload(tmp_path / "p.parquet", ORDINALS, NUM_CLASSES)
+        read_prediction_upload(tmp_path / "p.parquet", COMPETITION, NUM_CLASSES)
 
 
 def test_parquet_nulls_are_refused(tmp_path):
@@ -179,7 +195,7 @@ def test_parquet_nulls_are_refused(tmp_path):
     pq.write_table(table, tmp_path / "p.parquet")
 
     with pytest.raises(PredictionUploadError, match=r"column top1 has 1 empty \(null\) value"):
-        read_prediction_upload(tmp_path / "p.parquet", ORDINALS, NUM_CLASSES)
+        read_prediction_upload(tmp_path / "p.parquet", COMPETITION, NUM_CLASSES)
 
 
 def test_npz_with_pickled_objects_is_refused(tmp_path):
@@ -187,30 +203,30 @@ def test_npz_with_pickled_objects_is_refused(tmp_path):
     columns["sha256"] = columns["sha256"].astype(object)
 
     with pytest.raises(PredictionUploadError, match="unreadable NPZ file.*fixed-width strings"):
-        read_prediction_upload(write_npz(tmp_path / "p.npz", columns), ORDINALS, NUM_CLASSES)
+        read_prediction_upload(write_npz(tmp_path / "p.npz", columns), COMPETITION, NUM_CLASSES)
 
 
 def test_unreadable_files(tmp_path):
     parquet = write_parquet(tmp_path / "p.parquet", full_columns())
     parquet.write_bytes(parquet.read_bytes()[:200])
     with pytest.raises(PredictionUploadError, match="unreadable Parquet file"):
-        read_prediction_upload(parquet, ORDINALS, NUM_CLASSES)
+        read_prediction_upload(parquet, COMPETITION, NUM_CLASSES)
 
     npz = write_npz(tmp_path / "p.npz", full_columns())
     npz.write_bytes(npz.read_bytes()[:300])
     with pytest.raises(PredictionUploadError, match="unreadable NPZ file"):
-        read_prediction_upload(npz, ORDINALS, NUM_CLASSES)
+        read_prediction_upload(npz, COMPETITION, NUM_CLASSES)
 
     (tmp_path / "p.csv").write_text("sha256,top1,prob\n")
     with pytest.raises(PredictionUploadError, match="neither Parquet nor NPZ"):
-        read_prediction_upload(tmp_path / "p.csv", ORDINALS, NUM_CLASSES)
+        read_prediction_upload(tmp_path / "p.csv", COMPETITION, NUM_CLASSES)
 
     with pytest.raises(PredictionUploadError, match="cannot open"):
-        read_prediction_upload(tmp_path / "absent.parquet", ORDINALS, NUM_CLASSES)
+        read_prediction_upload(tmp_path / "absent.parquet", COMPETITION, NUM_CLASSES)
 
 
 def test_empty_file_is_refused(write):
     columns = {name: full_columns()[name][:0] for name in ("sha256", "top1", "prob")}
 
     with pytest.raises(PredictionUploadError, match="no rows"):
-        read_prediction_upload(write(columns), ORDINALS, NUM_CLASSES)
+        read_prediction_upload(write(columns), COMPETITION, NUM_CLASSES)
