@@ -2,7 +2,7 @@
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, ForeignKey, Integer, String, UniqueConstraint
+from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db.base import Base, utcnow
@@ -38,7 +38,16 @@ class CompetitionImage(Base):
     """An image in a competition's corpus at a stable ordinal: the index into every prediction array."""
 
     __tablename__ = "competition_images"
-    __table_args__ = (UniqueConstraint("competition_id", "ordinal"),)
+    __table_args__ = (
+        UniqueConstraint("competition_id", "ordinal"),
+        # Each select job lists the excluded few of a competition's (perhaps a million) images.
+        Index(
+            "ix_competition_images_excluded",
+            "competition_id",
+            postgresql_where=text("excluded"),
+            sqlite_where=text("excluded"),
+        ),
+    )
 
     competition_id: Mapped[int] = mapped_column(
         ForeignKey("competitions.id", ondelete="CASCADE"), primary_key=True

@@ -372,12 +372,12 @@ def image_counts(*, db_session: Session) -> dict[int, int]:
 
 
 def competition_image_count(*, db_session: Session, competition_id: int) -> int:
-    """Number of images (ordinals 0..n-1) in a competition."""
-    return db_session.execute(
-        select(func.count())
-        .select_from(CompetitionImage)
-        .where(CompetitionImage.competition_id == competition_id)
-    ).scalar_one()
+    """Number of images (ordinals 0..n-1) in a competition: its last ordinal + 1, found in the (competition,
+    ordinal) index instead of counting a million rows (ordinals are dense and links never removed)."""
+    last = db_session.scalar(
+        select(func.max(CompetitionImage.ordinal)).where(CompetitionImage.competition_id == competition_id)
+    )
+    return 0 if last is None else last + 1
 
 
 def image_id_in_competition(*, db_session: Session, competition: Competition, sha256: str) -> int:

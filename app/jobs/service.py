@@ -450,7 +450,7 @@ def excluded_ordinals(*, db_session: Session, competition_id: int) -> list[int]:
     return list(
         db_session.scalars(
             select(CompetitionImage.ordinal).where(
-                CompetitionImage.competition_id == competition_id, CompetitionImage.excluded.is_(True)
+                CompetitionImage.competition_id == competition_id, CompetitionImage.excluded
             )
         )
     )

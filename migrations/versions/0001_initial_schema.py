@@ -236,6 +236,13 @@ def upgrade() -> None:
         ),
     )
     op.create_index("ix_competition_images_image_id", "competition_images", ["image_id"])
+    op.create_index(
+        "ix_competition_images_excluded",
+        "competition_images",
+        ["competition_id"],
+        postgresql_where=sa.text("excluded"),
+        sqlite_where=sa.text("excluded"),
+    )
     op.create_table(
         "difficulty_flags",
         sa.Column("id", sa.Integer(), nullable=False),
