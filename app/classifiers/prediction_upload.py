@@ -183,7 +183,9 @@ def _ordinals(values: np.ndarray, competition_hashes: np.ndarray) -> np.ndarray:
 def _hashes(values: np.ndarray) -> np.ndarray:
     """A sha256 column of strings or bytes as lowercase HASH_DTYPE, in which a value that is not 64 ASCII
     characters holds a zero byte, which no image's hash does."""
-    codes = values.view(np.uint32 if values.dtype.kind == "U" else np.uint8).reshape(len(values), -1)
+    codes: np.ndarray = values.view(np.uint32 if values.dtype.kind == "U" else np.uint8).reshape(
+        len(values), -1
+    )
     if codes.shape[1] != HASH_CHARS:  # a file to refuse, unless these are '<U64' strings
         too_long = codes[:, HASH_CHARS:].any(axis=1)
         codes = np.pad(codes[:, :HASH_CHARS], ((0, 0), (0, max(0, HASH_CHARS - codes.shape[1]))))

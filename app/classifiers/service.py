@@ -176,11 +176,13 @@ def competition_hashes(*, db_session: Session, competition_id: int) -> np.ndarra
     )
     n_images = competition_image_count(db_session=db_session, competition_id=competition_id)
     parts = [
-        db_session.scalar(
+        db_session.execute(
             joined.where(
                 CompetitionImage.ordinal >= start, CompetitionImage.ordinal < start + HASHES_PER_QUERY
             )
-        ).encode()
+        )
+        .scalar_one()
+        .encode()
         for start in range(0, n_images, HASHES_PER_QUERY)
     ]
     return np.frombuffer(b"".join(parts), HASH_DTYPE)
