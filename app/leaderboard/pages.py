@@ -1,26 +1,26 @@
 """Public result pages: the leaderboard (live or frozen), pair galleries and per-classifier analyses.
 
 Every number shown comes from the leaderboard API responses (the same service calls), so a page can be
-checked against /api/v1 and recomputed from the exports.
+checked against /api/v1 and recomputed from the exports. The live pages take those numbers from the
+public read cache (app/web/public_reads.py) in short database steps, like the API.
 """
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
+from sqlalchemy.orm import Session
 
 from app.classifiers.service import get_classifier
 from app.competitions.models import Competition
 from app.competitions.service import get_competition
-from app.db.session import SessionDep
+from app.db.session import DatabaseStepsDep, SessionDep
 from app.errors import NotFound
 from app.leaderboard import charts, snapshots
-from app.leaderboard.classifier_analysis import classifier_analysis
-from app.leaderboard.gallery import pair_gallery
-from app.leaderboard.history import ranking_history
 from app.leaderboard.schemas import HistoryRead, LeaderboardRead, PairWithoutLabels, SnapshotRead
-from app.leaderboard.standings import compute_leaderboard
-from app.users.auth import OptionalUser
+from app.users.auth import OptionalUser, SteppedUser
 from app.users.models import Role
-from app.web.dependencies import CompetitionDep, SettingsDep
+from app.web import public_reads
+from app.web.dependencies import SettingsDep
+from app.web.public_reads import PublicReadsDep
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
@@ -127,22 +127,20 @@ def _leaderboard_page(
 
 
 @router.get("/competitions/{competition_id}/leaderboard", response_class=HTMLResponse)
-def leaderboard_page(
-    request: Request, db_session: SessionDep, user: OptionalUser, competition: CompetitionDep
+async def leaderboard_page(
+    competition_id: int, request: Request, steps: DatabaseStepsDep, reads: PublicReadsDep, user: SteppedUser
 ):
     """The live leaderboard: Table 1, the heatmap of A, case shares, history, galleries, snapshots."""
-    return _leaderboard_page(
-        request,
-        user,
-        competition,
-        compute_leaderboard(db_session=db_session, competition=competition),
-        ranking_history(db_session=db_session, competition=competition),
-        None,
-        [
-            snapshots.snapshot_read(s)
-            for s in snapshots.list_snapshots(db_session=db_session, competition_id=competition.id)
-        ],
-    )
+
+    def competition_and_snapshots(db_session: Session) -> tuple[Competition, list[SnapshotRead]]:
+        competition = get_competition(db_session=db_session, competition_id=competition_id)
+        frozen = snapshots.list_snapshots(db_session=db_session, competition_id=competition_id)
+        return competition, [snapshots.snapshot_read(snapshot) for snapshot in frozen]
+
+    competition, snapshot_list = await steps.run(competition_and_snapshots)
+    board = await public_reads.leaderboard(steps, reads, competition_id)
+    history = await public_reads.history(steps, reads, competition_id)
+    return _leaderboard_page(request, user, competition, board, history, None, snapshot_list)
 
 
 @router.get("/leaderboards/{slug}", response_class=HTMLResponse)
@@ -154,39 +152,45 @@ def snapshot_page(slug: str, request: Request, db_session: SessionDep, user: Opt
 
 
 @router.get("/competitions/{competition_id}/pairs/{a_id}/{b_id}", response_class=HTMLResponse)
-def gallery_page(
+async def gallery_page(
+    competition_id: int,
     a_id: int,
     b_id: int,
     request: Request,
-    db_session: SessionDep,
-    user: OptionalUser,
-    competition: CompetitionDep,
+    steps: DatabaseStepsDep,
+    reads: PublicReadsDep,
+    user: SteppedUser,
 ):
     """A pair's selected images with both predictions, right or wrong once decided (paper Fig. 1c)."""
-    gallery = pair_gallery(db_session=db_session, competition=competition, a_id=a_id, b_id=b_id)
+    competition = await steps.run(
+        lambda db_session: get_competition(db_session=db_session, competition_id=competition_id)
+    )
+    gallery = await public_reads.gallery(steps, reads, competition_id, a_id, b_id)
     return render(request, "gallery.html", user=user, competition=competition, gallery=gallery)
 
 
 @router.get("/competitions/{competition_id}/classifiers/{classifier_id}", response_class=HTMLResponse)
-def classifier_page(
+async def classifier_page(
+    competition_id: int,
     classifier_id: int,
     request: Request,
-    db_session: SessionDep,
+    steps: DatabaseStepsDep,
+    reads: PublicReadsDep,
     settings: SettingsDep,
-    user: OptionalUser,
-    competition: CompetitionDep,
+    user: SteppedUser,
 ):
     """Where a classifier fails: worst classes and superclasses, perplexing images, stability versus k."""
-    classifier = get_classifier(db_session=db_session, classifier_id=classifier_id)
-    if classifier.competition_id != competition.id:
-        raise NotFound(f"classifier {classifier_id} is not in competition {competition.name!r}")
-    analysis = classifier_analysis(
-        db_session=db_session,
-        settings=settings,
-        competition=competition,
-        classifier=classifier,
-    )
-    board = compute_leaderboard(db_session=db_session, competition=competition)
+
+    def competition_of_classifier(db_session: Session) -> Competition:
+        competition = get_competition(db_session=db_session, competition_id=competition_id)
+        classifier = get_classifier(db_session=db_session, classifier_id=classifier_id)
+        if classifier.competition_id != competition.id:
+            raise NotFound(f"classifier {classifier_id} is not in competition {competition.name!r}")
+        return competition
+
+    competition = await steps.run(competition_of_classifier)
+    analysis = await public_reads.analysis(steps, reads, settings, classifier_id)
+    board = await public_reads.leaderboard(steps, reads, competition_id)
     stability = analysis.stability
     return render(
         request,
@@ -194,11 +198,11 @@ def classifier_page(
         user=user,
         competition=competition,
         analysis=analysis,
-        standing=next((s for s in board.classifiers if s.classifier_id == classifier.id), None),
+        standing=next((s for s in board.classifiers if s.classifier_id == classifier_id), None),
         opponents=[
-            (standing.name, _gallery_href(competition.id, classifier.id, standing.classifier_id))
+            (standing.name, _gallery_href(competition_id, classifier_id, standing.classifier_id))
             for standing in board.classifiers
-            if standing.classifier_id != classifier.id
+            if standing.classifier_id != classifier_id
         ],
         stability_chart=charts.line_chart(
             [charts.Series("SRCC with the top-k ranking", stability.k_prime, stability.srcc)],

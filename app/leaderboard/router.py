@@ -13,24 +13,17 @@ endpoints take the database in short steps (DatabaseSteps), never holding the ga
 
 import csv
 import io
-from collections.abc import Callable
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request, status
 from fastapi.responses import Response, StreamingResponse
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.classifiers.service import get_classifier
-from app.competitions.models import Competition
-from app.competitions.service import data_version, get_competition
-from app.db.session import DatabaseSteps, DatabaseStepsDep, SessionDep, through_database_gate
+from app.db.session import DatabaseStepsDep, SessionDep, through_database_gate
 from app.errors import InvalidInput
 from app.leaderboard import exports, snapshots
 from app.leaderboard.agreement import competition_quality
-from app.leaderboard.classifier_analysis import classifier_analysis
 from app.leaderboard.csv_cells import neutralised
-from app.leaderboard.gallery import pair_gallery
-from app.leaderboard.history import ranking_history
 from app.leaderboard.schemas import (
     ClassifierAnalysisRead,
     HistoryRead,
@@ -41,15 +34,14 @@ from app.leaderboard.schemas import (
     SnapshotRead,
     SnapshotWithLeaderboard,
 )
-from app.leaderboard.standings import compute_leaderboard
 from app.leaderboard.tables import LEADERBOARD_TABLES, LeaderboardTable
 from app.users.auth import AdminUser
+from app.web import public_reads
 from app.web.dependencies import CompetitionDep, SettingsDep
 from app.web.errors import error_responses
-from app.web.public_reads import PublicReads, PublicReadsDep
+from app.web.public_reads import PublicReadsDep
 
 router = APIRouter(prefix="/api/v1", tags=["leaderboard"])
-Result = TypeVar("Result")
 
 CSV_MEDIA_TYPE = "text/csv; charset=utf-8"
 FORMAT_DESCRIPTION = "csv, parquet or jsonl (JSON Lines)."
@@ -79,47 +71,6 @@ def _wants_csv(request: Request, requested: str | None) -> bool:
     if requested is not None:
         return requested == "csv"
     return "text/csv" in request.headers.get("accept", "")
-
-
-async def _public_read(
-    steps: DatabaseSteps,
-    reads: PublicReads,
-    key: tuple,
-    competition_of: Callable[[Session], int],
-    compute: Callable[[Session], Result],
-) -> Result:
-    """compute(session), kept under key and the data version of the competition competition_of names (a
-    404 from it first); each a short database step of its own, so that no request holds the database gate
-    while it waits for a computation (app/web/public_reads.py)."""
-
-    def competition_version(db_session: Session) -> int:
-        return data_version(db_session=db_session, competition_id=competition_of(db_session))
-
-    version = await steps.run(competition_version)
-    return await reads.get((*key, version), lambda: steps.run(compute))
-
-
-async def _competition_read(
-    steps: DatabaseSteps,
-    reads: PublicReads,
-    key: tuple,
-    competition_id: int,
-    compute: Callable[..., Result],
-    **arguments,
-) -> Result:
-    """compute(db_session=…, competition=…, **arguments) of the competition (404 when there is none), kept
-    under key and its data version."""
-
-    def competition(db_session: Session) -> Competition:
-        return get_competition(db_session=db_session, competition_id=competition_id)
-
-    return await _public_read(
-        steps,
-        reads,
-        key,
-        lambda db_session: competition(db_session).id,
-        lambda db_session: compute(db_session=db_session, competition=competition(db_session), **arguments),
-    )
 
 
 @router.get(
@@ -155,9 +106,7 @@ async def read_leaderboard(
     wants_csv = _wants_csv(request, format)
     if table is not None and not wants_csv:
         raise InvalidInput("table= chooses a CSV table: add format=csv (the JSON holds every table)")
-    leaderboard = await _competition_read(
-        steps, reads, ("leaderboard", competition_id), competition_id, compute_leaderboard
-    )
+    leaderboard = await public_reads.leaderboard(steps, reads, competition_id)
     if wants_csv:
         table = table or "classifiers"
         name = leaderboard.competition_name
@@ -177,7 +126,7 @@ async def read_leaderboard(
 async def read_history(competition_id: int, steps: DatabaseStepsDep, reads: PublicReadsDep) -> HistoryRead:
     """Perron ranks after up to 24 evenly spaced numbers of labelled pair images, replaying today's labels
     in the order their questions were decided; classifiers take part from their registration."""
-    return await _competition_read(steps, reads, ("history", competition_id), competition_id, ranking_history)
+    return await public_reads.history(steps, reads, competition_id)
 
 
 @router.get(
@@ -190,8 +139,7 @@ async def read_pair_gallery(
 ) -> PairGalleryRead:
     """The images selected for classifiers a and b (either order; a is returned as the lower id) with both
     predictions, marked right or wrong once decided, and the images discarded as too difficult."""
-    key = ("pair", competition_id, min(a_id, b_id), max(a_id, b_id))
-    return await _competition_read(steps, reads, key, competition_id, pair_gallery, a_id=a_id, b_id=b_id)
+    return await public_reads.gallery(steps, reads, competition_id, a_id, b_id)
 
 
 @router.get(
@@ -204,21 +152,7 @@ async def read_classifier_analysis(
 ) -> ClassifierAnalysisRead:
     """Its worst classes and superclasses by precision on MAD labels, its pair images with the highest
     C-perplexity (with X-perplexity), and the stability of the ranking versus k (paper Fig. 5)."""
-
-    def analysis(db_session: Session) -> ClassifierAnalysisRead:
-        classifier = get_classifier(db_session=db_session, classifier_id=classifier_id)
-        competition = get_competition(db_session=db_session, competition_id=classifier.competition_id)
-        return classifier_analysis(
-            db_session=db_session, settings=settings, competition=competition, classifier=classifier
-        )
-
-    return await _public_read(
-        steps,
-        reads,
-        ("analysis", classifier_id),
-        lambda db_session: get_classifier(db_session=db_session, classifier_id=classifier_id).competition_id,
-        analysis,
-    )
+    return await public_reads.analysis(steps, reads, settings, classifier_id)
 
 
 @router.post(

@@ -14,7 +14,7 @@ from fastapi.responses import RedirectResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from app.db.session import SessionDep
+from app.db.session import DatabaseStepsDep, SessionDep
 from app.errors import Forbidden, NotAuthenticated
 from app.security import new_csrf_token, same_secret
 from app.users import service
@@ -155,6 +155,19 @@ def _active_user(db_session: Session, credentials: Credentials) -> User | None:
 
 
 OptionalUser = Annotated[User | None, Depends(optional_user)]
+
+
+async def optional_user_in_a_step(
+    request: Request, steps: DatabaseStepsDep, credentials: CredentialsDep
+) -> User | None:
+    """optional_user in a database step of its own, for a page that must not hold the database gate while
+    it waits for a cached public read (app/web/public_reads.py)."""
+    return await steps.run(
+        lambda db_session: identify(request, credentials, lambda found: _active_user(db_session, found))
+    )
+
+
+SteppedUser = Annotated[User | None, Depends(optional_user_in_a_step)]
 
 
 async def current_user(user: OptionalUser) -> User:
