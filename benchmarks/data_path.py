@@ -4,10 +4,10 @@
 copies made distinct by a JPEG comment) are imported into a service on this machine (SQLite and the local
 blob store in --workdir, one uvicorn process). A worker configured as a remote one — the service URL and a
 worker token, reading nothing from the store itself — claims each predict shard and pulls its images in a
-DataLoader (the worker's own), up to the decode stage: the new path asks for one streamed tar per batch
-(workers.image_readers.ShardArchiveReader); the baseline, measured in the same run on the first
---baseline-images of the first shard, makes one GET /images/{sha256} per image, as workers did before.
-Targets on a 2-core machine: ratio >= 10 and images_per_s >= 3,000.
+DataLoader like the worker's (its processes kept from shard to shard), up to the decode stage: the new path
+asks for one streamed tar per batch (workers.image_readers.ShardArchiveReader); the baseline, measured in
+the same run on the first --baseline-images of the first shard, makes one GET /images/{sha256} per image, as
+workers did before. Targets on a 2-core machine: ratio >= 10 and images_per_s >= 3,000.
 
     .venv/bin/python benchmarks/data_path.py [--json] [--workdir DIR]
 
@@ -44,6 +44,7 @@ from app.users import service as users_service
 from app.users.models import Role
 from workers.client import ServiceClient
 from workers.image_readers import ShardArchiveReader
+from workers.inference import ShardBatches
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 
@@ -73,34 +74,35 @@ class OneGetPerImage:
 
 
 class BytesAtDecodeStage(torch.utils.data.Dataset):
-    """What the worker's dataset does before decoding: read the bytes (a batch at a time when it can)."""
+    """What the worker's dataset does before decoding: read a batch's bytes (in one go when it can)."""
 
-    def __init__(self, ordinals: list[int], reader) -> None:
-        self.ordinals = ordinals
-        self.reader = reader
-
-    def __len__(self) -> int:
-        return len(self.ordinals)
-
-    def __getitem__(self, index: int) -> int:
-        return len(self.reader(self.ordinals[index]))
-
-    def __getitems__(self, indices: list[int]) -> list[int]:
-        ordinals = [self.ordinals[index] for index in indices]
-        many = getattr(self.reader, "many", None)
-        return [len(data) for data in (many(ordinals) if many else [self.reader(o) for o in ordinals])]
+    def __getitems__(self, batch: tuple) -> list[int]:
+        reader, ordinals = batch
+        many = getattr(reader, "many", None)
+        return [len(data) for data in (many(ordinals) if many else [reader(o) for o in ordinals])]
 
 
-def pull(ordinals: list[int], reader, batch_size: int, loader_workers: int) -> tuple[int, int]:
-    """Images and bytes that reached the decode stage through a DataLoader like the worker's."""
-    loader = torch.utils.data.DataLoader(
-        BytesAtDecodeStage(ordinals, reader), batch_size=batch_size, num_workers=loader_workers
-    )
-    images = total = 0
-    for sizes in loader:
-        images += len(sizes)
-        total += int(sizes.sum())
-    return images, total
+class Puller:
+    """A DataLoader like the worker's (workers.inference.InferenceEngine): its processes kept from shard to
+    shard, fed (reader, ordinals) batches by ShardBatches."""
+
+    def __init__(self, batch_size: int, loader_workers: int) -> None:
+        self.batches = ShardBatches(batch_size)
+        self.loader = torch.utils.data.DataLoader(
+            BytesAtDecodeStage(),
+            batch_sampler=self.batches,
+            num_workers=loader_workers,
+            persistent_workers=loader_workers > 0,
+        )
+
+    def pull(self, ordinals: list[int], reader) -> tuple[int, int]:
+        """Images and bytes that reached the decode stage."""
+        self.batches.read_bytes, self.batches.ordinals = reader, ordinals
+        images = total = 0
+        for sizes in self.loader:
+            images += len(sizes)
+            total += int(sizes.sum())
+        return images, total
 
 
 def make_corpus(folder: Path) -> None:
@@ -200,6 +202,7 @@ def measure(url: str, token: str, args) -> dict:
     """Claim a corpus' worth of predict shards (each run's classifier adds as many; a shard measured is
     left leased) and pull each through the archives; the baseline on part of the first shard."""
     client = ServiceClient(url, token)
+    puller = Puller(args.batch_size, args.loader_workers)
     new_images = new_bytes = 0
     new_seconds = baseline = 0.0
     baseline_images = 0
@@ -208,15 +211,16 @@ def measure(url: str, token: str, args) -> dict:
             job = claim.jobs[0]
             images = job.predict.images
             ordinals = [image.ordinal for image in images]
+            archives = ShardArchiveReader(url, token, job.id, job.lease_token)
             if not baseline_images:
+                puller.pull(ordinals[:1], archives)  # the loader processes start before either is timed
                 subset = ordinals[: args.baseline_images]
                 reader = OneGetPerImage(url, {image.ordinal: image.sha256 for image in images})
                 started = time.perf_counter()
-                baseline_images, _ = pull(subset, reader, args.batch_size, args.loader_workers)
+                baseline_images, _ = puller.pull(subset, reader)
                 baseline = time.perf_counter() - started
-            archives = ShardArchiveReader(url, token, job.id, job.lease_token)
             started = time.perf_counter()
-            pulled, total = pull(ordinals, archives, args.batch_size, args.loader_workers)
+            pulled, total = puller.pull(ordinals, archives)
             new_seconds += time.perf_counter() - started
             new_images += pulled
             new_bytes += total

@@ -1,8 +1,10 @@
 """The batched inference engine against plain timm forward passes on the same images."""
 
 import copy
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -118,6 +120,36 @@ def test_a_failed_read_fails_the_shard_rather_than_passing_for_a_bad_image(model
 
     with pytest.raises(FileNotFoundError, match="image 3 is gone"):
         engine.predict(list(range(6)), FailingReader(read_bytes, failing=3))
+
+
+@dataclass(frozen=True)
+class PidRecordingReader:
+    """A read_bytes that notes which process read each image, in a folder (the readers run in loader
+    processes)."""
+
+    read_bytes: Callable[[int], bytes]
+    folder: Path
+
+    def __call__(self, ordinal: int) -> bytes:
+        (self.folder / f"{os.getpid()}-{ordinal}").touch()
+        return self.read_bytes(ordinal)
+
+
+def test_one_engine_keeps_its_loader_processes_from_shard_to_shard_and_after_a_failure(
+    models, read_bytes, all_predictions, tmp_path
+):
+    engine = InferenceEngine(models[:1], batch_size=2, num_workers=1)
+    first = engine.predict([0, 1, 2], PidRecordingReader(read_bytes, tmp_path))
+    second = engine.predict([3, 4], PidRecordingReader(read_bytes, tmp_path))
+    readers = {path.name.split("-")[0] for path in tmp_path.iterdir()}
+    assert len(readers) == 1 and readers != {str(os.getpid())}  # one loader process read both shards
+    np.testing.assert_array_equal(first[0].top1, all_predictions[0].top1[:3])
+    np.testing.assert_array_equal(second[0].top1, all_predictions[0].top1[3:5])
+
+    with pytest.raises(FileNotFoundError, match="image 1 is gone"):
+        engine.predict(list(range(4)), FailingReader(read_bytes, failing=1))
+    (after,) = engine.predict([5, 0], read_bytes)
+    np.testing.assert_array_equal(after.top1, all_predictions[0].top1[[5, 0]])
 
 
 def test_progress_reports_every_batch(models, read_bytes):
