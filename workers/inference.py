@@ -307,7 +307,7 @@ class InferenceEngine:
             jpegs_to_device = self.device.type == "cuda"
             self.loader = torch.utils.data.DataLoader(
                 _ImageDataset(self.transforms, self.input_sizes, jpegs_to_device),
-                batch_sampler=self.batches,
+                batch_sampler=self.batches,  # type: ignore[arg-type]  # DataLoader hands any batch on as is
                 num_workers=self.num_workers,
                 persistent_workers=self.num_workers > 0,
                 collate_fn=collate,
