@@ -6,15 +6,19 @@
    competition (label set: the custom digit taxonomy in digits_taxonomy.yaml), each reporting its accuracy
    on the held-out digits, as a paper reports ImageNet validation accuracy.
 3. A worker computes every prediction and every pair's selection.
-4. Either the server starts for people to label (credentials printed), or, with --simulate, simulated
-   annotators answer every question through the HTTP API and the leaderboard is printed beside each
-   classifier's true accuracy on the held-out digits.
+4. Either the server starts for people to label (credentials printed) with a worker beside it, for the
+   classifiers an admin adds, or, with --simulate, simulated annotators answer every question through the
+   HTTP API and the leaderboard is printed beside each classifier's true accuracy on the held-out digits.
+People label competition 'digits', whose panel is one annotator, so that one person's answers decide
+questions and move the leaderboard (real competitions keep a panel of 5: a question is decided once 3 agree,
+paper Sec. 3.1); --simulate labels 'digits-simulated' (the same digits and weights) with a panel of 5.
 Everything lives in the data dir; running it again reuses what is there.
 """
 
 import hashlib
 import json
 import secrets
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -54,6 +58,10 @@ from app.users.models import Role, User
 from workers.worker import WorkerOptions, run_worker
 
 COMPETITION = "digits"
+SIMULATED_COMPETITION = "digits-simulated"
+"""--simulate labels its own competition (same digits and weights) with the paper's panel of 5, so that the
+simulated panel's agreement can be measured; the people's competition keeps its panel of one."""
+SIMULATED_PANEL_SIZE = 5
 DEMO_CLASSIFIERS = (  # (timm architecture, share of the digits it trains on): capacity and data grow together
     ("lcnet_035", 0.011),
     ("mobilenetv3_small_050", 0.022),
@@ -64,7 +72,11 @@ DEMO_CLASSIFIERS = (  # (timm architecture, share of the digits it trains on): c
 DATA_CONFIG = {"input_size": (3, 16, 16), "crop_pct": 1.0, "interpolation": "bilinear"}
 SPLIT_SEED = 0
 PANEL = ("sim-1", "sim-2", "sim-3", "sim-4", "sim-5")
+DEMO_PANEL_SIZE = 1
+"""One annotator decides a question, so one person sees the leaderboard move as they label."""
 NOISE = 0.05
+WORKER_STOP_TIMEOUT_S = 60
+"""How long stopping the demo waits for the worker to finish the job in hand (its lease expires anyway)."""
 CREDENTIALS_FILE = "demo-credentials.json"
 
 console = Console()
@@ -95,18 +107,23 @@ def digits_taxonomy_text() -> str:
     return files("app.demo").joinpath("digits_taxonomy.yaml").read_text()
 
 
-def ensure_competition(session: Session) -> Competition:
-    """The digits competition, made on first run (k = 20 per pair, at most 4 images per predicted digit)."""
-    competition = session.scalar(select(Competition).where(Competition.name == COMPETITION))
+def ensure_competition(session: Session, simulate: bool) -> Competition:
+    """The digits competition, made on first run (k = 20 per pair, at most 4 images per predicted digit):
+    people label 'digits' with a panel of one, simulated annotators 'digits-simulated' with a panel of 5."""
+    name, panel_size = (
+        (SIMULATED_COMPETITION, SIMULATED_PANEL_SIZE) if simulate else (COMPETITION, DEMO_PANEL_SIZE)
+    )
+    competition = session.scalar(select(Competition).where(Competition.name == name))
     if competition is None:
         spec = CompetitionCreate(
-            name=COMPETITION,
+            name=name,
             description="Five timm classifiers trained briefly on small slices of the UCI digits.",
             taxonomy="custom",
             taxonomy_source=digits_taxonomy_text(),
             k=20,
             confidence_threshold=0.8,
             max_per_label=4,
+            panel_size=panel_size,
         )
         competition = create_competition(db_session=session, spec=spec)
     return competition
@@ -299,8 +316,18 @@ def print_leaderboard(leaderboard: dict, accuracies: dict[str, float]) -> float:
     return srcc([row["mad_rank"] for row in rows], [true_rank[row["name"]] for row in rows])
 
 
-def run_demo(settings: Settings, options: DemoOptions) -> None:
-    """Set up (or reuse) the digits competition end to end, then serve it or simulate its labelling."""
+@dataclass(frozen=True)
+class PreparedDemo:
+    """The digits competition ready to label, its corpus, its people, and when setting up began."""
+
+    competition: Competition
+    corpus: DigitsCorpus
+    credentials: dict[str, str]
+    started: float
+
+
+def prepare_demo(settings: Settings, options: DemoOptions) -> PreparedDemo:
+    """Set up (or reuse) the digits competition end to end: digits, classifiers, predictions, selections."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with step("Migrating the database"):
@@ -309,8 +336,8 @@ def run_demo(settings: Settings, options: DemoOptions) -> None:
         corpus = write_corpus(settings.data_dir / "digits" / "png", limit=options.images)
     sessions = _sessions(settings)
     with sessions() as session:
-        with step(f"Importing {len(corpus.paths)} digits into competition '{COMPETITION}'"):
-            competition = ensure_competition(session)
+        competition = ensure_competition(session, options.simulate)
+        with step(f"Importing {len(corpus.paths)} digits into competition '{competition.name}'"):
             import_corpus(session, settings, competition, corpus)
             credentials = ensure_people(session, settings)
             session.commit()
@@ -330,22 +357,80 @@ def run_demo(settings: Settings, options: DemoOptions) -> None:
             "classifiers not ready: "
             + "; ".join(f"{c.name}: {c.status.value} {c.error or ''}" for c in failed)
         )
-    if options.simulate:
-        with step("Simulated annotators labelling every question through the HTTP API"):
-            leaderboard = simulate_labelling(settings, competition, corpus)
-        with sessions() as session:
-            accuracies = true_accuracies(session, settings, session.merge(competition), corpus)
-            alpha = competition_quality(db_session=session, competition=session.merge(competition)).alpha
-        correlation = print_leaderboard(leaderboard, accuracies)
-        console.print(f"Total {time.monotonic() - started:.0f} s.")
-        agreement = "undefined" if alpha is None else f"{alpha:.3f}"
-        console.print(f"SRCC(MAD rank, true accuracy rank) = {correlation:.3f} · agreement α = {agreement}")
-        return
-    console.print(f"Ready in {time.monotonic() - started:.0f} s.")
-    url = f"http://{options.host}:{options.port}"
-    console.print(f"Label at [bold]{url}/competitions/{competition.id}/label[/] and watch [bold]{url}[/].")
-    for username, password in credentials.items():
-        console.print(f"  {username:10s} password: {password}", highlight=False)
-    import uvicorn
+    return PreparedDemo(competition, corpus, credentials, started)
 
-    uvicorn.run(create_app(settings), host=options.host, port=options.port, log_level="warning")
+
+def print_how_to_label(prepared: PreparedDemo, url: str) -> None:
+    """Where to go, as whom, and what moves: the demo's first screen for a newcomer."""
+    competition = prepared.competition
+    console.print(f"Ready in {time.monotonic() - prepared.started:.0f} s: open [bold]{url}[/].")
+    console.print(
+        f"Sign in as [bold]annotator[/] and label at [bold]{url}/competitions/{competition.id}/label[/]."
+    )
+    if competition.panel_size == 1:
+        console.print(
+            "The demo's panel is 1 annotator (real competitions keep 5), so each of your answers decides its"
+            f" question: {url}/competitions/{competition.id}/leaderboard moves with your first images."
+        )
+    else:
+        console.print(
+            f"This competition's panel is {competition.panel_size}: a question is decided once "
+            f"{competition.panel_size // 2 + 1} annotators agree, so the leaderboard waits for others too."
+        )
+    for username, password in prepared.credentials.items():
+        console.print(f"  {username:10s} password: {password}", highlight=False)
+    console.print("A worker runs beside the server for classifiers added at /admin. Ctrl-C stops both.")
+
+
+def serve_with_worker(settings: Settings, prepared: PreparedDemo, options: DemoOptions) -> None:
+    """Serve the demo with a worker beside it (a thread running the real worker over HTTP) until Ctrl-C,
+    then stop the worker and the server."""
+    with _sessions(settings)() as session:
+        token = users_service.local_worker_token(db_session=session)
+        session.commit()
+    stop = threading.Event()
+    with serve_in_thread(create_app(settings), host=options.host, port=options.port) as url:
+        worker = threading.Thread(
+            target=run_worker,
+            kwargs={
+                "url": url,
+                "token": token,
+                "options": WorkerOptions(device="cpu", cache_dir=settings.data_dir / "worker-cache"),
+                "exit_when_idle": False,
+                "report": lambda label, done, total: None,
+                "name": "demo-worker",
+                "stop": stop,
+            },
+            name="demo-worker",
+            daemon=True,
+        )
+        worker.start()
+        print_how_to_label(prepared, url)
+        try:
+            while worker.is_alive():
+                worker.join(timeout=1)
+            console.print("The worker stopped; the server goes on without it.")
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            console.print("Stopping the worker and the server …")
+        finally:
+            stop.set()
+            worker.join(timeout=WORKER_STOP_TIMEOUT_S)
+
+
+def run_demo(settings: Settings, options: DemoOptions) -> None:
+    """Set up (or reuse) the digits competition end to end, then serve it or simulate its labelling."""
+    prepared = prepare_demo(settings, options)
+    if not options.simulate:
+        serve_with_worker(settings, prepared, options)
+        return
+    competition, corpus = prepared.competition, prepared.corpus
+    with step("Simulated annotators labelling every question through the HTTP API"):
+        leaderboard = simulate_labelling(settings, competition, corpus)
+    with _sessions(settings)() as session:
+        accuracies = true_accuracies(session, settings, session.merge(competition), corpus)
+        alpha = competition_quality(db_session=session, competition=session.merge(competition)).alpha
+    correlation = print_leaderboard(leaderboard, accuracies)
+    console.print(f"Total {time.monotonic() - prepared.started:.0f} s.")
+    agreement = "undefined" if alpha is None else f"{alpha:.3f}"
+    console.print(f"SRCC(MAD rank, true accuracy rank) = {correlation:.3f} · agreement α = {agreement}")
