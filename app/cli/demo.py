@@ -18,8 +18,9 @@ def demo(
 
     Writes the digits as PNGs and imports them, trains five timm classifiers briefly on small disjoint
     slices, registers them with a custom digit taxonomy, runs a worker for predictions and selections, then
-    serves http://HOST:PORT with an admin and an annotator account (printed). Running it again reuses
-    everything already there.
+    serves http://HOST:PORT with an admin and an annotator account (printed) and a worker beside it for the
+    classifiers an admin adds; Ctrl-C stops both. The competition's panel is one annotator, so one person's
+    answers move the leaderboard. Running it again reuses everything already there.
     """
     from app.demo.run import DemoOptions, run_demo  # torch and timm load only when the demo runs
 
