@@ -5,6 +5,9 @@ The pages only read; their forms call the REST API from static/forms.js with the
 every admin action has one implementation (and one set of checks) behind the API.
 """
 
+from datetime import date
+from urllib.parse import urlencode
+
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from sqlalchemy import select
@@ -26,6 +29,7 @@ from app.labelling.gold import gold_questions
 from app.labelling.models import QualityFlagKind
 from app.labelling.quality import list_flags
 from app.labelling.types import LabellingSettings
+from app.labelling.work_records import ACTIVE_SECONDS_CAP, span, work_records
 from app.leaderboard import snapshots
 from app.leaderboard.agreement import competition_quality
 from app.leaderboard.standings import compute_leaderboard
@@ -186,4 +190,39 @@ def admin_review(request: Request, db_session: SessionDep, user: OptionalUser, c
         competition=competition,
         queue=adjudication.review_queue(db_session=db_session, competition=competition),
         verdicts=adjudication.adjudications(db_session=db_session, competition=competition),
+    )
+
+
+@router.get("/admin/work-records", response_class=HTMLResponse)
+def admin_work_records(
+    request: Request,
+    db_session: SessionDep,
+    user: OptionalUser,
+    since: date | None = None,
+    until: date | None = None,
+    competition_id: int | None = None,
+):
+    """Annotators' work per day (answers, active time, gold accuracy) over a span of days, in one
+    competition or all, with the same rows as CSV from the API."""
+    admin = page_user(request, user, *ADMIN_ROLES)
+    if isinstance(admin, RedirectResponse):
+        return admin
+    since, until = span(since, until)
+    if competition_id is not None:
+        competitions_service.get_competition(db_session=db_session, competition_id=competition_id)
+    records = work_records(db_session=db_session, since=since, until=until, competition_id=competition_id)
+    query = {"since": since, "until": until, "format": "csv"}
+    if competition_id is not None:
+        query["competition_id"] = competition_id
+    return render(
+        request,
+        "admin_work_records.html",
+        user=admin,
+        records=records,
+        since=since,
+        until=until,
+        competition_id=competition_id,
+        competitions=competitions_service.list_competitions(db_session=db_session),
+        cap=ACTIVE_SECONDS_CAP,
+        csv_url="/api/v1/work-records?" + urlencode(query),
     )

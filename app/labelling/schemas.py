@@ -1,6 +1,6 @@
 """Request and response bodies of the labelling API; none of them ever names a classifier."""
 
-from datetime import datetime
+from datetime import date, datetime
 from functools import cache
 from typing import Literal
 
@@ -11,6 +11,7 @@ from app.images.store import SHA256_PATTERN
 from app.labelling.models import AdjudicationKind, FlagReason, QualityDecision, QualityFlagKind, Verdict
 from app.labelling.quality import FlagView
 from app.labelling.types import AnnotatorStats, NextItemStatus, PresentedItem, PresentedQuestion
+from app.labelling.work_records import ACTIVE_SECONDS_CAP, WorkRecord
 
 
 class QuestionRead(BaseModel):
@@ -301,3 +302,23 @@ class AdjudicationRead(BaseModel):
     reason: str
     decided_by: str
     created_at: datetime
+
+
+class WorkRecordRead(BaseModel):
+    """One annotator's work on one UTC day, for paying them."""
+
+    day: date
+    user_id: int
+    username: str
+    answers: int = Field(description="Answers that stand (an undone one is gone).")
+    active_seconds: float = Field(
+        description=f"Σ seconds per answer, each capped at {ACTIVE_SECONDS_CAP:g} s (beyond it, idle)."
+    )
+    gold_answered: int
+    gold_correct: int
+    gold_accuracy: float | None
+
+    @classmethod
+    def of(cls, record: WorkRecord) -> "WorkRecordRead":
+        """The API view of a work record."""
+        return cls(**vars(record), gold_accuracy=record.gold_accuracy)

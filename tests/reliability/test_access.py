@@ -52,6 +52,7 @@ ROUTES = {
     ("POST", "/api/v1/users/{user_id}/tokens"): ADMIN,
     ("POST", "/api/v1/invitations"): ADMIN,
     ("GET", "/api/v1/invitations"): ADMIN,
+    ("GET", "/api/v1/work-records"): ADMIN,
     ("GET", "/invitations/{token}"): PUBLIC,
     ("POST", "/invitations/{token}"): FORM,
     ("GET", "/api/v1/competitions"): PUBLIC,
@@ -119,6 +120,7 @@ ROUTES = {
     ("GET", "/admin/competitions/{competition_id}/gold"): ADMIN,
     ("GET", "/admin/competitions/{competition_id}/quality"): ADMIN,
     ("GET", "/admin/competitions/{competition_id}/review"): ADMIN,
+    ("GET", "/admin/work-records"): ADMIN,
 }
 GATES = {ADMIN: require_admin, ANNOTATOR: labelling_call, WORKER: require_worker, ACCOUNT: current_user}
 SIGNED_IN_BY_GATE = {ANNOTATOR}
@@ -140,6 +142,7 @@ SIGN_IN_PAGES = {
     "/admin/competitions/{competition_id}/gold",
     "/admin/competitions/{competition_id}/quality",
     "/admin/competitions/{competition_id}/review",
+    "/admin/work-records",
     "/competitions/{competition_id}/label",
 }
 

@@ -74,6 +74,7 @@ def tour(site: Site) -> list[tuple[str | None, str, int]]:
         ("boss", "/admin", 200),
         ("boss", f"/admin/competitions/{site.competition_id}", 200),
         ("boss", f"/admin/competitions/{site.competition_id}/gold", 200),
+        ("boss", "/admin/work-records", 200),
         ("boss", f"/admin/competitions/{site.competition_id}/quality", 200),
         ("boss", f"/admin/competitions/{site.competition_id}/review", 200),
         ("boss", f"{competition}/leaderboard", 200),
