@@ -169,7 +169,8 @@ def _invitation_read(invitation: Invitation, username: str | None) -> Invitation
 @router.get(
     "/work-records",
     summary="Annotators' work per day, for paying them (admin; JSON or CSV)",
-    responses={200: {"content": {"text/csv": {}}}} | error_responses(401, 403, 404, 422),
+    response_model=list[WorkRecordRead],
+    responses={200: {"content": {"text/csv": {}}}, **error_responses(401, 403, 404, 422)},
 )
 def read_work_records(
     db_session: SessionDep,
@@ -180,7 +181,7 @@ def read_work_records(
     ] = None,
     competition_id: Annotated[int | None, Query(description="One competition (default: all).")] = None,
     format: Annotated[Literal["json", "csv"], Query(description="json or csv")] = "json",
-) -> list[WorkRecordRead]:
+) -> list[WorkRecordRead] | Response:
     """Per annotator and UTC day on which they answered: answers, active time (the seconds each answer took,
     each capped at 60 s: a longer wait was time away; answers sent without seconds add none) and accuracy on
     gold questions (first answers). At most 366 days at once; 404 for an unknown competition. `format=csv`

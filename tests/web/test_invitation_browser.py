@@ -5,6 +5,7 @@ are the same on both backends; the API tests run on both)."""
 
 import re
 
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
@@ -20,6 +21,7 @@ from tests.support.browser import PAGE_TIMEOUT_S, chromium, serving, sign_in
 from tests.web.conftest import LAPTOP, PHONE, use_screen
 
 NEW_PASSWORD = "my own passphrase 9"
+INVITE_STATUS = (By.CSS_SELECTOR, "#invite-link .form-status")
 
 
 def test_a_person_joins_through_an_invitation_link(tmp_path):
@@ -46,12 +48,18 @@ def test_a_person_joins_through_an_invitation_link(tmp_path):
         sign_in(driver, server.url, "boss")
         driver.get(f"{server.url}/admin")
         driver.find_element(By.ID, "i-note").send_keys("dana at the lab")
-        driver.find_element(By.CSS_SELECTOR, "#invite-link button[type=submit]").click()
-        status = wait.until(
-            expected_conditions.visibility_of_element_located((By.CSS_SELECTOR, "#invite-link .form-status"))
-        )
-        wait.until(lambda _: "/invitations/" in status.text)
-        link = re.search(r"http://\S+/invitations/[\w-]+", status.text).group(0)
+        form = driver.find_element(By.ID, "invite-link")
+        form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        wait.until(expected_conditions.staleness_of(form))  # the form reloads the page
+
+        def shown_link(browser) -> str | None:
+            """The link in the reloaded page's form status, once it is shown."""
+            found = re.search(r"http://\S+/invitations/[\w-]+", browser.find_element(*INVITE_STATUS).text)
+            return found and found.group(0)
+
+        link = WebDriverWait(
+            driver, PAGE_TIMEOUT_S, ignored_exceptions=(StaleElementReferenceException,)
+        ).until(shown_link)
         assert "dana at the lab" in driver.find_element(By.ID, "invitations-table").text
         for screen in (LAPTOP, PHONE):
             use_screen(driver, screen)
