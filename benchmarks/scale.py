@@ -16,7 +16,8 @@ and the leaderboard is fetched once (its first, uncached computation). It prints
 
 and each divided by the same pipeline's figure at --baseline-images, run afterwards (the scaling ratio; 0
 skips it), and by the issue's target for this 2-core machine (vs_target): upload_s < 60, select_s < 120,
-leaderboard_ms < 500, peak_rss_mb < 2048. Runs on a Postgres database of its own (created and dropped) unless --database-url.
+leaderboard_ms < 500, peak_rss_mb < 2048. Runs on a Postgres database of its own (created and dropped)
+unless --database-url.
 
     .venv/bin/python benchmarks/scale.py [--json] [--images 1000000] [--classifiers 20]
         [--baseline-images 100000] [--k 30] [--database-url URL] [--seed 0]
