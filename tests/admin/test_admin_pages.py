@@ -168,7 +168,7 @@ def test_an_admin_runs_a_competition_from_the_pages(live_server, browser, tmp_pa
 
     browser.get(f"{live_server.url}/admin")
     form = browser.find_element(By.ID, "invite")
-    browser.find_element(By.XPATH, "//summary[contains(., 'Invite')]").click()
+    browser.find_element(By.XPATH, "//summary[contains(., 'Create an account')]").click()
     form.find_element(By.NAME, "username").send_keys("ann")
     form.find_element(By.NAME, "password").send_keys(TEST_PASSWORD)
     submit(browser, "#invite", "Created the annotator account ann: tell them their password.")
