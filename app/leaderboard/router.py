@@ -267,7 +267,7 @@ for _table, (_summary, _description) in EXPORTS.items():
     summary="Agreement and reliability of the votes, and the ranking from Dawid–Skene labels (admin)",
     responses=error_responses(401, 403, 404, 422),
 )
-def read_quality(competition: CompetitionDep, db_session: SessionDep, _admin: AdminUser) -> QualityRead:
+def read_quality(_admin: AdminUser, competition: CompetitionDep, db_session: SessionDep) -> QualityRead:
     """Krippendorff's α (nominal) over the competition's questions, and per annotator against the majority
     of the others' answers; Dawid–Skene estimates of each annotator's sensitivity, specificity and accuracy;
     the MAD (Perron) ranking from the panel's majority outcomes beside the one from Dawid–Skene labels, with
