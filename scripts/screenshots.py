@@ -1,9 +1,9 @@
 """Take the README's screenshots of a running MAD Arena with Debian's headless Chromium.
 
 Usage: python scripts/screenshots.py --url http://127.0.0.1:8000 --competition 1 \
-           [--username annotator --password … --label-out docs/screenshots/label.png] \
-           [--leaderboard-out docs/screenshots/leaderboard.png]
-The annotation page needs an annotator's credentials and open questions; the leaderboard is public.
+           [--username annotator --password …] [--out-dir docs/screenshots]
+Writes leaderboard.png and leaderboard-phone.png, and with an annotator's credentials (and open questions)
+label.png and label-phone.png: each page at a laptop's and a phone's window size.
 """
 
 import argparse
@@ -65,8 +65,12 @@ def leaderboard_page(driver: webdriver.Chrome, url: str, competition: int, out: 
     driver.save_screenshot(str(out))
 
 
+SIZES = {"": (1100, 800), "-phone": (390, 844)}
+"""File-name suffix and window size (CSS pixels) of each screenshot of a page: a laptop, then a phone."""
+
+
 def main() -> None:
-    """Parse the arguments and take the screenshots asked for."""
+    """Parse the arguments and take each page's screenshots at both sizes."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -74,20 +78,17 @@ def main() -> None:
     parser.add_argument("--competition", type=int, required=True)
     parser.add_argument("--username")
     parser.add_argument("--password")
-    parser.add_argument("--label-out", type=Path)
-    parser.add_argument("--leaderboard-out", type=Path)
+    parser.add_argument("--out-dir", type=Path, default=Path("docs/screenshots"))
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as profile:
-        if args.label_out:
-            driver = chromium(1100, 800, profile)
+    for suffix, (width, height) in SIZES.items():
+        with tempfile.TemporaryDirectory() as profile:
+            driver = chromium(width, height, profile)
             try:
-                label_page(driver, args.url, args.competition, args.username, args.password, args.label_out)
-            finally:
-                driver.quit()
-        if args.leaderboard_out:
-            driver = chromium(1280, 1000, profile)
-            try:
-                leaderboard_page(driver, args.url, args.competition, args.leaderboard_out)
+                if args.username:
+                    out = args.out_dir / f"label{suffix}.png"
+                    label_page(driver, args.url, args.competition, args.username, args.password, out)
+                out = args.out_dir / f"leaderboard{suffix}.png"
+                leaderboard_page(driver, args.url, args.competition, out)
             finally:
                 driver.quit()
 
