@@ -36,6 +36,9 @@ def chromium(width: int, height: int, profile: str) -> webdriver.Chrome:
     options.binary_location = "/usr/bin/chromium"
     for flag in (*FLAGS, f"--window-size={width},{height}", f"--user-data-dir={profile}"):
         options.add_argument(flag)
+    if width < 500:  # Chromium's windows are at least 500 px wide: a phone's width is emulated
+        metrics = {"width": width, "height": height}
+        options.add_experimental_option("mobileEmulation", {"deviceMetrics": metrics})
     return webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
 
 
