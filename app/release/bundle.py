@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from app.competitions.models import Competition
 from app.errors import InvalidInput
+from app.leaderboard.agreement import competition_quality
 from app.leaderboard.exports import TABLES, ExportSource
 from app.leaderboard.standings import compute_leaderboard
 from app.release.card import dataset_card
@@ -67,7 +68,10 @@ def write_release(
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
         rows = _write_tables(db_session, competition, settings, staging)
-        card = dataset_card(competition=competition, bundle=staging, rows=rows, license_id=license_id)
+        alpha = competition_quality(db_session=db_session, competition=competition).alpha
+        card = dataset_card(
+            competition=competition, bundle=staging, rows=rows, license_id=license_id, alpha=alpha
+        )
         (staging / "README.md").write_text(card, encoding="utf-8")
         staging.rename(out)
     except BaseException:

@@ -59,7 +59,7 @@ def provenance_lines(images_file: Path) -> list[str]:
     return lines
 
 
-def protocol_lines(competition: Competition) -> list[str]:
+def protocol_lines(competition: Competition, alpha: float | None) -> list[str]:
     """The MAD settings the labels were made under (paper Sec. 2–3)."""
     return [
         f"- Taxonomy: {competition.taxonomy}, {len(competition.class_keys)} classes.",
@@ -69,11 +69,14 @@ def protocol_lines(competition: Competition) -> list[str]:
         f"- Panel of {competition.panel_size}: a question is decided once a majority of the panel agrees.",
         f"- Gold rate {competition.gold_rate}: the chance that an image handed out is a gold question.",
         f"- Smoothing α = {competition.smoothing}: a_ij = (correct_ij + α) / (n_ij + 2α).",
-        "- Agreement (Krippendorff's α) is not included: this version of MAD Arena does not measure it yet.",
+        "- Agreement: Krippendorff's α (nominal) over questions with two or more counted votes, gold left "
+        + (f"out, = {alpha:.3f}." if alpha is not None else "out: undefined (too few such questions)."),
     ]
 
 
-def dataset_card(*, competition: Competition, bundle: Path, rows: dict[str, int], license_id: str) -> str:
+def dataset_card(
+    *, competition: Competition, bundle: Path, rows: dict[str, int], license_id: str, alpha: float | None
+) -> str:
     """The README.md of a release bundle whose tables are in `bundle`."""
     header = yaml.safe_dump(card_header(competition, rows, license_id), sort_keys=False, allow_unicode=True)
     tables = [
@@ -86,7 +89,7 @@ def dataset_card(*, competition: Competition, bundle: Path, rows: dict[str, int]
         or "Labels from a MAximum Discrepancy (MAD) competition (Wang et al., ICLR 2020) between "
         "image classifiers.",
         "## Provenance\n\n" + "\n".join(provenance_lines(bundle / "images.parquet")),
-        "## Protocol\n\n" + "\n".join(protocol_lines(competition)),
+        "## Protocol\n\n" + "\n".join(protocol_lines(competition, alpha)),
         "## Tables\n\n" + "\n".join(tables),
         "## Annotators\n\nAnnotators are pseudonymised: `annotator` is the first 16 hex digits of "
         'HMAC-SHA256(the service\'s secret key, "competition id:account id"), the same in every release of '

@@ -11,6 +11,7 @@ from app.cli.main import app as cli
 from app.core.ranking import count_outcomes, rank_classifiers
 from app.errors import InvalidInput
 from app.labelling.models import Vote
+from app.leaderboard.agreement import competition_quality
 from app.leaderboard.snapshots import freeze_leaderboard
 from app.leaderboard.standings import compute_leaderboard
 from app.release.bundle import write_release
@@ -86,7 +87,9 @@ def test_release_card_names_every_table_and_the_protocol(db_session, settings, v
     assert [config["data_files"] for config in metadata["configs"]] == [f"{t}.parquet" for t in TABLES]
     assert f"T = {competition.confidence_threshold}" in body and f"k = {competition.k} images" in body
     assert f"Panel of {competition.panel_size}" in body and f"Gold rate {competition.gold_rate}" in body
-    assert f"- {len(voted.hashes)} images" in body and "Krippendorff's α) is not included" in body
+    assert f"- {len(voted.hashes)} images" in body
+    alpha = competition_quality(db_session=db_session, competition=competition).alpha
+    assert alpha is not None and f"gold left out, = {alpha:.3f}." in body
     for name, rows in written.rows.items():
         assert pq.read_metadata(bundle / f"{name}.parquet").num_rows == rows
         assert f"`{name}.parquet` ({rows} rows)" in body
