@@ -25,7 +25,9 @@
   const status = $("status");
   const resumeSkipped = $("resume-skipped");
   const whereNext = $("label-done");
-  const questionControls = [$("answer-buttons"), flagButton, skipButton, defineButton, $("definition-box")];
+  const questionControls = [
+    $("answer-buttons"), flagButton, artificialButton, skipButton, defineButton, $("definition-box"),
+  ];
   const BUSY_RETRY_MS = 10000;
   const STATS_EVERY = 10; // images between progress refreshes
   const UNDO_LIMIT = 10; // the server keeps the last ten answers editable

@@ -2,6 +2,7 @@
 and nothing scrolls sideways; an admin overturns a split decision from the keyboard, with a reason, and the
 question's outcome (what the leaderboard counts) changes."""
 
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support import expected_conditions
@@ -47,7 +48,8 @@ def test_adjudication_review_queue_in_the_browser(live_server, browser):
     form.find_element(By.NAME, "reason").send_keys("a lynx: tufted ears")
     form.find_element(By.CSS_SELECTOR, "button[type=submit]").send_keys(Keys.ENTER)
     recorded = "Recorded: overturned (split)"  # on the page itself: the entry's form has left the queue
-    WebDriverWait(browser, PAGE_TIMEOUT_S).until(
+    # the page reloads the queue: an element found before it may leave the document while it is read
+    WebDriverWait(browser, PAGE_TIMEOUT_S, ignored_exceptions=(WebDriverException,)).until(
         expected_conditions.text_to_be_present_in_element((By.ID, "page-status"), recorded)
     )
     assert len(browser.find_elements(By.CSS_SELECTOR, "#review-queue > li")) == 2
