@@ -22,7 +22,7 @@ from app.db.session import SessionDep
 from app.images.models import CompetitionImage, Image
 from app.images.service import image_counts
 from app.jobs import workers
-from app.jobs.service import competition_progress
+from app.jobs.progress import competition_progress
 from app.labelling import adjudication
 from app.labelling.annotators import annotator_stats
 from app.labelling.gold import gold_questions

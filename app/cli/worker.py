@@ -12,6 +12,7 @@ from app.cli.common import console, database_session, fail, load_settings
 from app.competitions.service import get_competition_by_name
 from app.jobs import service as jobs_service
 from app.jobs.enums import JobStatus
+from app.jobs.progress import competition_progress
 from app.users import service as users_service
 from workers.client import ServiceError
 
@@ -103,7 +104,7 @@ def jobs(
     settings = load_settings()
     with database_session(settings) as session:
         target = get_competition_by_name(db_session=session, name=competition)
-        progress = jobs_service.competition_progress(
+        progress = competition_progress(
             db_session=session, competition_id=target.id, lost_after_s=settings.job_lease_s
         )
         failed = jobs_service.list_jobs(

@@ -15,7 +15,7 @@ from app.core.selection import PairSelection
 from app.db.session import SessionDep
 from app.errors import InvalidInput, PayloadTooLarge
 from app.images.service import competition_image_count
-from app.jobs import service
+from app.jobs import progress, service
 from app.jobs.archives import archive_bytes, shard_archive
 from app.jobs.enums import JobKind, JobStatus
 from app.jobs.models import Job
@@ -269,7 +269,7 @@ def competition_progress(
     """Images predicted per classifier, pairs selected of all pairs, jobs by status, and the workers seen
     lately, with a warning when none has been seen for a job lease."""
     return CompetitionProgress(
-        **service.competition_progress(
+        **progress.competition_progress(
             db_session=db_session, competition_id=competition.id, lost_after_s=settings.job_lease_s
         )
     )

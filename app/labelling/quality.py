@@ -19,7 +19,7 @@ from app.errors import Conflict, NotFound
 from app.labelling import checks
 from app.labelling.annotators import lock_annotator, set_votes_excluded
 from app.labelling.models import QualityDecision, QualityFlag, QualityFlagKind
-from app.labelling.statements import QUALITY_WINDOW
+from app.labelling.quality_statements import QUALITY_WINDOW
 from app.labelling.types import Labeller, LabellingSettings
 from app.users.models import User
 

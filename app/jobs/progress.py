@@ -1,0 +1,65 @@
+"""A competition's progress: images predicted per classifier, pairs selected, jobs by status, workers seen."""
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from app.classifiers.enums import ClassifierSource, ClassifierStatus
+from app.classifiers.models import Classifier
+from app.images.service import competition_image_count
+from app.jobs import workers
+from app.jobs.enums import JobKind, JobStatus
+from app.jobs.models import Job
+
+
+def competition_progress(*, db_session: Session, competition_id: int, lost_after_s: int) -> dict:
+    """Images predicted per classifier, pairs selected out of all pairs, jobs by status, and the workers
+    seen lately (a warning when none was within lost_after_s)."""
+    n_images = competition_image_count(db_session=db_session, competition_id=competition_id)
+    predicted = dict(
+        db_session.execute(
+            select(Job.classifier_id, func.sum(Job.shard_end - Job.shard_start))
+            .where(
+                Job.competition_id == competition_id,
+                Job.kind == JobKind.predict,
+                Job.status == JobStatus.done,
+            )
+            .group_by(Job.classifier_id)
+        ).all()
+    )
+    classifiers = db_session.scalars(
+        select(Classifier).where(Classifier.competition_id == competition_id).order_by(Classifier.id)
+    ).all()
+    active = [c for c in classifiers if c.status not in (ClassifierStatus.failed, ClassifierStatus.retired)]
+    by_status = dict(
+        db_session.execute(
+            select(Job.status, func.count()).where(Job.competition_id == competition_id).group_by(Job.status)
+        ).all()
+    )
+    pairs_selected = db_session.scalar(
+        select(func.count()).where(
+            Job.competition_id == competition_id, Job.kind == JobKind.select, Job.status == JobStatus.done
+        )
+    )
+    return {
+        "competition_id": competition_id,
+        "images": n_images,
+        "classifiers": [
+            {
+                "classifier_id": c.id,
+                "name": c.name,
+                "status": c.status.value,
+                "images_predicted": n_images
+                if c.source == ClassifierSource.predictions_file and c.status == ClassifierStatus.ready
+                else int(predicted.get(c.id) or 0),
+                "images_total": n_images,
+                "error": c.error,
+            }
+            for c in classifiers
+        ],
+        "pairs_selected": pairs_selected,
+        "pairs_total": len(active) * (len(active) - 1) // 2,
+        "jobs_by_status": {status.value: count for status, count in by_status.items()},
+        **workers.about(
+            db_session=db_session, lost_after_s=lost_after_s, jobs_waiting=by_status.get(JobStatus.queued, 0)
+        ),
+    }
