@@ -22,7 +22,7 @@ from app.users import service as users_service
 from app.users.models import Role, User
 from tests.conftest import TEST_PASSWORD
 from tests.leaderboard.scenario import DIGITS, predictions_parquet
-from tests.support.browser import PAGE_TIMEOUT_S, sign_in
+from tests.support.browser import PAGE_TIMEOUT_S, sign_in, wait_for_reload
 from tests.support.images import image_bytes
 
 N_IMAGES = 6
@@ -36,7 +36,7 @@ def submit(driver, form: str, expected: str) -> None:
     element.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
     wait = WebDriverWait(driver, PAGE_TIMEOUT_S)
     if reloads:
-        wait.until(expected_conditions.staleness_of(element))
+        wait_for_reload(driver, element)
     wait.until(
         expected_conditions.text_to_be_present_in_element((By.CSS_SELECTOR, f"{form} .form-status"), expected)
     )

@@ -146,3 +146,15 @@ def sign_in(
     driver.find_element(By.ID, "password").send_keys(password)
     driver.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
     WebDriverWait(driver, PAGE_TIMEOUT_S).until_not(expected_conditions.url_contains("/login"))
+
+
+def wait_for_reload(driver, element) -> None:
+    """Wait until `element`'s page has been replaced. Chromedriver may answer a query on an element whose
+    page is being torn down with "unhandled inspector error" instead of a stale-element error: wait on."""
+    from selenium.common.exceptions import WebDriverException
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(driver, PAGE_TIMEOUT_S, ignored_exceptions=(WebDriverException,)).until(
+        expected_conditions.staleness_of(element)
+    )

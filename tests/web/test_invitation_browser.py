@@ -17,7 +17,7 @@ from app.users import service as users_service
 from app.users.models import Role
 from tests.conftest import TEST_PASSWORD, DatabaseFactory
 from tests.support.axe import axe_violations
-from tests.support.browser import PAGE_TIMEOUT_S, chromium, serving, sign_in
+from tests.support.browser import PAGE_TIMEOUT_S, chromium, serving, sign_in, wait_for_reload
 from tests.web.conftest import LAPTOP, PHONE, use_screen
 
 NEW_PASSWORD = "my own passphrase 9"
@@ -50,7 +50,7 @@ def test_a_person_joins_through_an_invitation_link(tmp_path):
         driver.find_element(By.ID, "i-note").send_keys("dana at the lab")
         form = driver.find_element(By.ID, "invite-link")
         form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-        wait.until(expected_conditions.staleness_of(form))  # the form reloads the page
+        wait_for_reload(driver, form)  # the form reloads the page
 
         def shown_link(browser) -> str | None:
             """The link in the reloaded page's form status, once it is shown."""
