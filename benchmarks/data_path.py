@@ -17,7 +17,6 @@ A --workdir is kept and reused: the files and the import (a re-run of the import
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,7 @@ from pathlib import Path
 import httpx
 import torch
 from inference import make_jpegs
+from local_server import free_port, start_uvicorn, stop_uvicorn
 
 from app.classifiers.service import register_timm_pretrained
 from app.competitions.schemas import CompetitionCreate
@@ -45,8 +45,6 @@ from app.users.models import Role
 from workers.client import ServiceClient
 from workers.image_readers import ShardArchiveReader
 from workers.inference import ShardBatches
-
-REPOSITORY = Path(__file__).resolve().parent.parent
 
 IMAGES, DRAWN = 20_000, 1_000
 SIDES = (300, 720)  # about 100 KB a file with inference.py's recipe
@@ -168,13 +166,6 @@ def prepare(workdir: Path, threads: int) -> tuple[Settings, str]:
     return settings, token
 
 
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def serve(settings: Settings, port: int) -> subprocess.Popen:
     """One uvicorn process on the benchmark's database and store."""
     env = {
@@ -184,18 +175,7 @@ def serve(settings: Settings, port: int) -> subprocess.Popen:
         "MAD_DATA_DIR": str(settings.data_dir),
         "MAD_PREDICT_SHARD_SIZE": "4096",
     }
-    command = [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app", "--port", str(port)]
-    command += ["--log-level", "warning", "--no-access-log"]
-    server = subprocess.Popen(command, cwd=REPOSITORY, env=env)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz").is_success:
-                return server
-        except httpx.TransportError:
-            time.sleep(0.2)
-    server.terminate()
-    raise SystemExit("the server did not start")
+    return start_uvicorn(env, port, "--log-level", "warning")
 
 
 def measure(url: str, token: str, args) -> dict:
@@ -260,8 +240,7 @@ def main() -> None:
         try:
             figures = measure(f"http://127.0.0.1:{port}", token, args)
         finally:
-            server.terminate()
-            server.wait(timeout=30)
+            stop_uvicorn(server)
     if args.json:
         print(json.dumps(figures))
         return

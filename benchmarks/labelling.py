@@ -35,13 +35,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import http.client
 import json
 import os
 import random
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -59,6 +56,7 @@ from app.db.engine import create_db_engine, create_sessionmaker  # noqa: E402
 from app.migrate import upgrade  # noqa: E402
 from app.users import service as users_service  # noqa: E402
 from app.users.models import Role  # noqa: E402
+from benchmarks.local_server import free_port, start_uvicorn, stop_uvicorn  # noqa: E402
 from benchmarks.open_questions import analyze, open_questions_competition  # noqa: E402
 
 POSTGRES_URL = os.environ.get("MAD_TEST_POSTGRES_URL", "postgresql+psycopg://root@127.0.0.1:5432/postgres")
@@ -68,13 +66,6 @@ BASELINE_WARMUP_S = 2
 RECONNECT_EVERY = 20
 """Requests per connection. Browsers and proxies recycle connections; with one connection for life per
 annotator, uvicorn's shared accept queue put 43 of the 50 on one of two workers."""
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Database:
@@ -142,42 +133,13 @@ class Server:
             "MAD_ENV": "test",
             "MAD_SECRET_KEY": SECRET_KEY,
         }
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "--factory",
-                "app.main:create_app",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--workers",
-                str(workers),
-                "--no-access-log",
-                "--log-level",
-                "warning",
-            ],
-            cwd=REPOSITORY,
-            env=environment,
+        self.process = start_uvicorn(
+            environment, self.port, "--workers", str(workers), "--log-level", "warning"
         )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
-                connection.request("GET", "/healthz")
-                if connection.getresponse().status == 200:
-                    return
-            except OSError:
-                time.sleep(0.2)
-        self.stop()
-        raise RuntimeError("uvicorn did not start")
 
     def stop(self) -> None:
         """Stop uvicorn."""
-        self.process.terminate()
-        self.process.wait(timeout=30)
+        stop_uvicorn(self.process)
 
 
 class Annotator:
@@ -368,9 +330,11 @@ def run(args: argparse.Namespace) -> dict:
     server = None
     try:
         upgrade(database.url)
+        print(f"filling {args.questions:,} open questions (minutes at 100,000) …", file=sys.stderr)
         competition_id, tokens, truth, setup_s = fill(
             database.url, args.questions, args.annotators, args.seed
         )
+        print(f"filled in {setup_s:.0f} s; measuring the baseline, then the labelling …", file=sys.stderr)
         server = Server(database.url, workdir / "data", args.server_workers)
         crowd = [
             Annotator(

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,13 +36,7 @@ sys.path.insert(0, str(REPOSITORY))
 from app.db.engine import create_db_engine, create_sessionmaker  # noqa: E402
 from app.users import service as users_service  # noqa: E402
 from app.users.models import Role  # noqa: E402
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from benchmarks.local_server import free_port, start_uvicorn, stop_uvicorn  # noqa: E402
 
 
 def environment(data_dir: Path) -> dict[str, str]:
@@ -112,30 +105,10 @@ def run(args: argparse.Namespace) -> dict:
     database_url = env["MAD_DATABASE_URL"]
     headers = {"Authorization": f"Bearer {annotator_token(database_url)}"}
     port = free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "--factory",
-            "app.main:create_app",
-            "--port",
-            str(port),
-            "--no-access-log",
-        ],
-        cwd=REPOSITORY,
-        env=env,
-        stderr=subprocess.DEVNULL,
-    )
+    server = start_uvicorn(env, port, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     try:
         with httpx.Client(base_url=base, timeout=300) as http:
-            for _ in range(600):
-                try:
-                    if http.get("/healthz").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    time.sleep(0.1)
             competition_id = http.get("/api/v1/competitions").json()[0]["id"]
             classifier_id = http.get(f"/api/v1/competitions/{competition_id}/classifiers").json()[0]["id"]
             analysis = f"/api/v1/classifiers/{classifier_id}/analysis"
@@ -165,8 +138,7 @@ def run(args: argparse.Namespace) -> dict:
             for thread in readers:
                 thread.join()
     finally:
-        server.terminate()
-        server.wait(timeout=60)
+        stop_uvicorn(server)
     cold_ms, cached_ms = statistics.median(cold), statistics.median(cached)
     return {
         "cold_ms": round(cold_ms, 1),
