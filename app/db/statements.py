@@ -1,7 +1,7 @@
 """Statements of the hot paths, compiled once and run straight on psycopg on Postgres, and INSERTs that
 take ON CONFLICT clauses on either database."""
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, cast
 
@@ -42,6 +42,18 @@ class HotStatement:
             cursor = _psycopg(connection).cursor(row_factory=namedtuple_row)
             cursor.execute(sql, values)
             return cursor.fetchall()
+
+    def rows_after_sync(self, db_session: Session, parameters: dict[str, Any]) -> Callable[[], list[Any]]:
+        """Send the statement now and read its rows later: inside pipelined() it goes with the pipeline's
+        writes, in their round trip, and its rows are read once the pipeline has ended."""
+        with _driver(db_session) as connection:
+            if connection is None:
+                rows = list(db_session.execute(self.statement, parameters))
+                return lambda: rows
+            refuse_unstorable(parameters)
+            cursor = _psycopg(connection).cursor(row_factory=namedtuple_row)
+            cursor.execute(*self._postgres_sql(connection.dialect, parameters))
+            return cursor.fetchall
 
     def write(self, db_session: Session, parameters: dict[str, Any] | list[dict[str, Any]]) -> None:
         """Run a write with these parameters, or once per parameter set in a list; inside pipelined() it is

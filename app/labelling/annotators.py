@@ -145,8 +145,7 @@ def annotator_stats(
             func.sum(case((Vote.created_at >= midnight, 1), else_=0)).label("answered_today"),
             func.avg(Vote.seconds).label("mean_seconds"),
         )
-        .join(Question, Question.id == Vote.question_id)
-        .where(Question.competition_id == competition.id)
+        .where(Vote.competition_id == competition.id)
         .group_by(Vote.user_id)
     )
     gold = (

@@ -19,7 +19,7 @@ from app.errors import Conflict, InvalidInput, NotFound
 from app.labelling import rules
 from app.labelling.items import lock_item, set_assignment
 from app.labelling.models import Assignment, AssignmentStatus, DifficultyFlag, FlagReason, LabelItem
-from app.labelling.quality import check_answers
+from app.labelling.quality import check_answers, recent_votes
 from app.labelling.statements import (
     GOLD_VOTE_COUNTS,
     IMAGE_QUESTIONS,
@@ -83,7 +83,7 @@ def submit_answers(
             continue
         question.my_answer = answer.answer
         vote = {"question_id": question.id, "user_id": user.id, "answer": answer.answer, "created_at": now}
-        new_votes.append({**vote, "seconds": answer.seconds})
+        new_votes.append({**vote, "competition_id": competition.id, "seconds": answer.seconds})
         if question.gold_answer is not None:
             gold_answers.append(vote)
         elif not user.votes_excluded:
@@ -108,7 +108,9 @@ def submit_answers(
             UPDATE_NEEDED.write(db_session, {"item_id": item.id, "new_needed": needed})
         status = AssignmentStatus.done if item_done else AssignmentStatus.leased
         set_assignment(db_session, item.id, user.id, status, now)
-    paused = check_answers(db_session, competition, user, now) if new_votes else None
+        window = recent_votes(db_session, competition, user) if new_votes else None
+    recent = window() if window else []
+    paused = check_answers(db_session, competition, user, now, recent, bool(gold_answers)) if recent else None
     return SubmitResult(len(new_votes), already_decided, item_done, paused, annotators_needed)
 
 

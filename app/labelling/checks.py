@@ -2,7 +2,6 @@
 streak far faster than their own median, a long run of one answer. Each returns why it fires, or None."""
 
 from collections.abc import Sequence
-from datetime import datetime
 from statistics import median
 from typing import NamedTuple
 
@@ -20,11 +19,13 @@ WINDOW = RUN_LENGTH + FAST_STREAK + 2 * FAST_BASELINE
 
 
 class RecentVote(NamedTuple):
-    """One of the annotator's latest votes: their answer, its seconds (None if not sent) and when."""
+    """One of the annotator's latest votes: their answer, its seconds (None if not sent), and whether it
+    came after their last run flag and after their last speed flag (True when there is none)."""
 
     answer: bool
     seconds: float | None
-    created_at: datetime
+    since_run_flag: bool
+    since_fast_flag: bool
 
 
 def gold_shortfall(answered: int, correct: int, threshold: float, min_answers: int) -> str | None:
@@ -37,20 +38,21 @@ def gold_shortfall(answered: int, correct: int, threshold: float, min_answers: i
     )
 
 
-def long_run(newest_first: Sequence[RecentVote], since: datetime | None) -> str | None:
-    """The latest RUN_LENGTH answers (all after `since`, the last such flag) are all the same answer."""
-    latest = _after(newest_first, since)[:RUN_LENGTH]
+def long_run(newest_first: Sequence[RecentVote]) -> str | None:
+    """The latest RUN_LENGTH answers (all after the last such flag) are all the same answer."""
+    latest = [vote for vote in newest_first if vote.since_run_flag][:RUN_LENGTH]
     if len(latest) < RUN_LENGTH or len({vote.answer for vote in latest}) != 1:
         return None
     return f'{RUN_LENGTH} answers in a row were all "{"yes" if latest[0].answer else "no"}"'
 
 
-def fast_streak(newest_first: Sequence[RecentVote], since: datetime | None) -> str | None:
-    """The latest FAST_STREAK timed answers (after `since`) each took under median / FAST_RATIO seconds, the
-    median of the annotator's FAST_BASELINE or more timed answers before them."""
+def fast_streak(newest_first: Sequence[RecentVote]) -> str | None:
+    """The latest FAST_STREAK timed answers (after the last such flag) each took under median / FAST_RATIO
+    seconds, the median of the annotator's FAST_BASELINE or more timed answers before them."""
     timed = [(vote, vote.seconds) for vote in newest_first if vote.seconds is not None]
     streak, earlier = timed[:FAST_STREAK], [seconds for _, seconds in timed[FAST_STREAK:]]
-    if len(_after([vote for vote, _ in streak], since)) < FAST_STREAK or len(earlier) < FAST_BASELINE:
+    new_in_streak = sum(vote.since_fast_flag for vote, _ in streak)
+    if new_in_streak < FAST_STREAK or len(earlier) < FAST_BASELINE:
         return None
     typical = median(earlier)
     if not all(seconds < typical / FAST_RATIO for _, seconds in streak):
@@ -60,8 +62,3 @@ def fast_streak(newest_first: Sequence[RecentVote], since: datetime | None) -> s
         f"{FAST_STREAK} answers in a row took at most {slowest:.1f} s each; "
         f"this annotator's median is {typical:.1f} s"
     )
-
-
-def _after(newest_first: Sequence[RecentVote], since: datetime | None) -> list[RecentVote]:
-    """The votes cast after `since` (all when None)."""
-    return [vote for vote in newest_first if since is None or vote.created_at > since]

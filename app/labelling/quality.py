@@ -1,12 +1,14 @@
 """Quality control that acts: after each submission the annotator's answers are checked (app.labelling.checks)
 and flags raised, a gold flag pausing them in the competition; an admin resumes them or excludes their votes.
 
-The checks read one statement (QUALITY_WINDOW) per submission that recorded votes, and write only when a
-flag is raised. A flag row is written last in the answer's transaction (lock order: app.labelling.items);
-an admin's decision locks the annotator's row first (app.labelling.annotators.lock_annotator), so it waits
-for their answers in flight.
+The checks read one statement (QUALITY_WINDOW, sent with the answer's writes in their round trip) per
+submission that recorded votes, and a second (GOLD_SINCE_LAST_FLAG) when it answered a gold question; they
+write only when a flag is raised. A flag row is written last in the answer's transaction (lock order:
+app.labelling.items); an admin's decision locks the annotator's row first
+(app.labelling.annotators.lock_annotator), so it waits for their answers in flight.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -19,35 +21,51 @@ from app.errors import Conflict, NotFound
 from app.labelling import checks
 from app.labelling.annotators import lock_annotator, set_votes_excluded
 from app.labelling.models import QualityDecision, QualityFlag, QualityFlagKind
-from app.labelling.quality_statements import QUALITY_WINDOW
+from app.labelling.quality_statements import GOLD_SINCE_LAST_FLAG, QUALITY_WINDOW
 from app.labelling.types import Labeller, LabellingSettings
 from app.users.models import User
 
 
+def recent_votes(
+    db_session: Session, competition: LabellingSettings, user: Labeller
+) -> Callable[[], list[checks.RecentVote]]:
+    """The annotator's latest votes in the competition that the checks read (QUALITY_WINDOW), to read once
+    the answer's pipelined writes have ended: sent inside them, it goes in their round trip and sees them."""
+    where = {"competition_id": competition.id, "user_id": user.id}
+    rows = QUALITY_WINDOW.rows_after_sync(db_session, where)
+    return lambda: [checks.RecentVote(*row) for row in rows()]
+
+
 def check_answers(
-    db_session: Session, competition: LabellingSettings, user: Labeller, now: datetime
+    db_session: Session,
+    competition: LabellingSettings,
+    user: Labeller,
+    now: datetime,
+    recent: list[checks.RecentVote],
+    answered_gold: bool,
 ) -> str | None:
-    """Check the annotator's latest answers and raise the flags they call for; returns why the annotator is
-    now paused (a gold flag raised), or None."""
-    rows = QUALITY_WINDOW.rows(db_session, {"competition_id": competition.id, "user_id": user.id})
-    if not rows:
-        return None
-    recent = [checks.RecentVote(row.answer, row.seconds, row.created_at) for row in rows]
+    """Check the annotator's latest answers (`recent`, from recent_votes) and raise the flags they call for;
+    returns why the annotator is now paused (a gold flag raised), or None. Gold accuracy changes only with
+    a gold answer, so it is read only on a submission that answered a gold question."""
+    where = {"competition_id": competition.id, "user_id": user.id}
     raised = {
-        QualityFlagKind.gold: checks.gold_shortfall(
-            rows[0].gold_answered,
-            rows[0].gold_correct,
-            competition.gold_threshold,
-            competition.gold_min_answers,
-        ),
-        QualityFlagKind.run: checks.long_run(recent, rows[0].run_flagged_at),
-        QualityFlagKind.fast: checks.fast_streak(recent, rows[0].fast_flagged_at),
+        QualityFlagKind.gold: _gold_shortfall(db_session, competition, where) if answered_gold else None,
+        QualityFlagKind.run: checks.long_run(recent),
+        QualityFlagKind.fast: checks.fast_streak(recent),
     }
-    who = {"competition_id": competition.id, "user_id": user.id, "created_at": now}
-    new_flags = [{**who, "kind": kind, "detail": detail} for kind, detail in raised.items() if detail]
+    flagged = {**where, "created_at": now}
+    new_flags = [{**flagged, "kind": kind, "detail": detail} for kind, detail in raised.items() if detail]
     if new_flags:
         db_session.execute(insert(QualityFlag), new_flags)
     return raised[QualityFlagKind.gold]
+
+
+def _gold_shortfall(db_session: Session, competition: LabellingSettings, where: dict) -> str | None:
+    """checks.gold_shortfall of the annotator's gold answers since their last gold flag."""
+    (gold,) = GOLD_SINCE_LAST_FLAG.rows(db_session, where)
+    return checks.gold_shortfall(
+        gold.answered, gold.correct, competition.gold_threshold, competition.gold_min_answers
+    )
 
 
 def paused_reason(*, db_session: Session, competition_id: int, user_id: int) -> str | None:

@@ -1,4 +1,4 @@
-"""The statement of the quality checks run on each submission (app.labelling.quality), built once at import
+"""The statements of the quality checks run on each submission (app.labelling.quality), built once at import
 like the other hot statements (app.labelling.statements)."""
 
 from sqlalchemy import bindparam, func, literal_column, or_, select
@@ -26,6 +26,12 @@ def _last_flag(kind: QualityFlagKind):
     )
 
 
+def _since_last_flag(kind: QualityFlagKind):
+    """Whether a vote came after the annotator's last flag of this kind in the competition (true if none)."""
+    last = _last_flag(kind)
+    return or_(last.is_(None), _votes.c.created_at > last)
+
+
 _last_gold_flag = _last_flag(QualityFlagKind.gold)
 _gold_questions = _questions.alias("gold_questions")
 
@@ -50,21 +56,26 @@ QUALITY_WINDOW = HotStatement(
     select(
         _votes.c.answer,
         _votes.c.seconds,
-        _votes.c.created_at,
-        _gold_answers_since_last_flag().label("gold_answered"),
-        _gold_answers_since_last_flag(_gold_answers.c.answer == _gold_questions.c.gold_answer).label(
-            "gold_correct"
-        ),
-        _last_flag(QualityFlagKind.fast).label("fast_flagged_at"),
-        _last_flag(QualityFlagKind.run).label("run_flagged_at"),
+        _since_last_flag(QualityFlagKind.run).label("since_run_flag"),
+        _since_last_flag(QualityFlagKind.fast).label("since_fast_flag"),
     )
-    .join(_questions, _questions.c.id == _votes.c.question_id)
-    .where(
-        _votes.c.user_id == bindparam("user_id"), _questions.c.competition_id == bindparam("competition_id")
-    )
+    .where(_votes.c.user_id == bindparam("user_id"), _votes.c.competition_id == bindparam("competition_id"))
     .order_by(_votes.c.created_at.desc())
     .limit(literal_column(str(checks.WINDOW)))
 )
-"""The annotator's latest votes in the competition, newest first (read backwards along ix_votes_user_created),
-each row with their gold answers and correct ones since their last gold flag and when they were last flagged
-for speed and for a run: all that the quality checks of one submission read, in one statement."""
+"""The annotator's latest votes in the competition, newest first (one backward range of
+ix_votes_user_competition_created), as checks.RecentVote: each answer and its seconds, and whether it came
+after their last run flag and after their last speed flag. All that the speed and run checks of one
+submission read, in one statement; booleans rather than timestamps, which cost more to read back than the
+query does to run."""
+
+GOLD_SINCE_LAST_FLAG = HotStatement(
+    select(
+        _gold_answers_since_last_flag().label("answered"),
+        _gold_answers_since_last_flag(_gold_answers.c.answer == _gold_questions.c.gold_answer).label(
+            "correct"
+        ),
+    )
+)
+"""The annotator's gold answers in the competition since their last gold flag, and the correct ones among
+them: what the gold check reads, on a submission that answered a gold question."""

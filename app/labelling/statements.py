@@ -402,6 +402,7 @@ UPDATE_COUNTS = HotStatement(
 )
 INSERT_VOTE = HotStatement(
     insert(_votes).values(
+        competition_id=bindparam("competition_id"),
         question_id=bindparam("question_id"),
         user_id=bindparam("user_id"),
         answer=bindparam("answer"),

@@ -69,7 +69,7 @@ def _latest_step(
     vote = db_session.execute(
         select(Vote, Question.image_id)
         .join(Question, Question.id == Vote.question_id)
-        .where(Vote.user_id == user.id, Question.competition_id == competition.id)
+        .where(Vote.user_id == user.id, Vote.competition_id == competition.id)
         .order_by(Vote.created_at.desc(), Vote.id.desc())
         .limit(1)
     ).first()

@@ -126,10 +126,24 @@ def identify(
     return caller
 
 
+ANONYMOUS = "sign in or send an API token (Authorization: Bearer mad_…)"
+"""Why a request without credentials is refused (401)."""
+
+
+def refuse_before_lookup(request: Request, credentials: Credentials) -> None:
+    """What identify and require_caller refuse without the database: 401 without credentials, 403 for a
+    cookie-authenticated state change without the CSRF header."""
+    if credentials.token is not None:
+        return
+    if credentials.session_user_id is None:
+        raise NotAuthenticated(ANONYMOUS)
+    _require_csrf_header(request)
+
+
 def require_caller(caller: Caller | None) -> Caller:
     """The identified caller, or 401 for an anonymous one."""
     if caller is None:
-        raise NotAuthenticated("sign in or send an API token (Authorization: Bearer mad_…)")
+        raise NotAuthenticated(ANONYMOUS)
     return caller
 
 

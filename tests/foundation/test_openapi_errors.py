@@ -5,14 +5,14 @@ import pytest
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute, iter_route_contexts
 
-from app.labelling.router import labelling_call
+from app.labelling.router import labelling_request
 from app.main import create_app
 from app.settings import Settings
 from app.users.auth import current_user, optional_user, require_admin, require_worker
 from app.web.errors import ErrorRead, FieldErrorsRead
 from tests.conftest import TEST_SECRET_KEY
 
-ROLE_CHECKS = (require_admin, require_worker, labelling_call)
+ROLE_CHECKS = (require_admin, require_worker, labelling_request)
 """Dependencies refusing callers without the right role (403) or credentials (401)."""
 IDENTIFIERS = (current_user, optional_user)
 """Dependencies refusing a bad token (401)."""

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from app.cli.main import app as cli
 from app.db.base import Base
 from app.db.engine import create_db_engine
-from app.labelling.router import labelling_call
+from app.labelling.router import labelling_request
 from app.main import create_app
 from app.settings import Settings
 from app.users.auth import current_user, require_admin, require_worker
@@ -122,10 +122,19 @@ ROUTES = {
     ("GET", "/admin/competitions/{competition_id}/review"): ADMIN,
     ("GET", "/admin/work-records"): ADMIN,
 }
-GATES = {ADMIN: require_admin, ANNOTATOR: labelling_call, WORKER: require_worker, ACCOUNT: current_user}
+GATES = {ADMIN: require_admin, ANNOTATOR: labelling_request, WORKER: require_worker, ACCOUNT: current_user}
 SIGNED_IN_BY_GATE = {ANNOTATOR}
 """The labelling hot path's gate reads the caller with the competition in one query, not through
 current_user (app/labelling/router.py)."""
+WELL_FORMED_BODIES = {
+    ("POST", "/api/v1/competitions/{competition_id}/labelling/answers"): {
+        "answers": [{"question_id": 0, "answer": True}]
+    },
+    ("POST", "/api/v1/competitions/{competition_id}/labelling/flags"): {"item_id": 0},
+    ("POST", "/api/v1/competitions/{competition_id}/labelling/skip"): {"item_id": 0},
+}
+"""Bodies (of no question or item) for the labelling routes, which read their caller after the body is
+validated (app/labelling/router.py: labelling_request): a role they do not admit is refused all the same."""
 ADMITTED = {
     PUBLIC: {"anonymous", "annotator", "worker", "admin"},
     ACCOUNT: {"annotator", "worker", "admin"},
@@ -188,7 +197,11 @@ def test_every_route_refuses_the_roles_it_does_not_admit(world_app, world):
             path = sample_path(template, world)
             for role in ("anonymous", "annotator", "worker", "admin"):
                 response = client.request(
-                    method, path, headers=world.headers(role), json=None, follow_redirects=False
+                    method,
+                    path,
+                    headers=world.headers(role),
+                    json=WELL_FORMED_BODIES.get((method, template)),
+                    follow_redirects=False,
                 )
                 status, where = response.status_code, (method, path, role, response.text[:300])
                 if kind == FORM:
