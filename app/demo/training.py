@@ -54,7 +54,15 @@ def train_classifier(
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+    recalibrate_batch_norm(model, inputs)
     return model.eval()
+
+
+def recalibrate_batch_norm(model: torch.nn.Module, inputs: torch.Tensor) -> None:
+    """BatchNorm's running mean/var := the population statistics of `inputs` (Ioffe & Szegedy 2015, §3.1), by
+    torch's update_bn: after a few dozen steps the moving averages are far off and it predicts one digit."""
+    with torch.no_grad():
+        torch.optim.swa_utils.update_bn([inputs], model)
 
 
 def held_out_accuracy(model: torch.nn.Module, paths: list[Path], digits: np.ndarray) -> float:
