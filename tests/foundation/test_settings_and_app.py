@@ -46,3 +46,14 @@ def test_every_api_endpoint_is_documented_in_openapi(app, client):
         assert (endpoint.method, endpoint.path_template) in documented, endpoint
         operation = schema["paths"][endpoint.path_template][endpoint.method.lower()]
         assert operation.get("summary") and operation.get("description"), endpoint
+
+
+def test_every_section_of_the_api_is_described_in_reading_order(client):
+    schema = client.get("/openapi.json").json()
+    described = [tag["name"] for tag in schema["tags"]]
+    used = {
+        tag for item in schema["paths"].values() for operation in item.values() for tag in operation["tags"]
+    }
+    assert set(described) == used, "a router's tag needs a line in app.main.API_SECTIONS"
+    assert all(tag["description"] for tag in schema["tags"])
+    assert described[:4] == ["users", "competitions", "images", "labelling"], "not the order routes match in"
