@@ -57,7 +57,8 @@ class CompetitionVersion(Base):
 
     Triggers (migration 0001) add 1 in the transaction of every change to the rows the public reads come
     from: the competition, its classifiers, pair subsets and images, and its questions' votes and
-    outcomes. The sum over writers is the competition's data version, which keys the public read cache
+    outcomes (on Postgres once per statement, per row for a vote's counts; on SQLite per row). The sum
+    over writers is the competition's data version, which keys the public read cache
     (app/web/public_reads.py). One row per writer (the Postgres backend process; 0 on SQLite) keeps
     concurrent transactions off a shared row: each bumps its own, so none waits for another's commit or
     deadlocks with labelling's lock order, and a commit in any order still raises the sum. No foreign

@@ -667,32 +667,68 @@ find the competition of a row (app/competitions/models.py: CompetitionVersion)."
 
 def _version_trigger(dialect: str, table: str, events: tuple[str, ...], competition_id: str) -> list[str]:
     """The statements that make a change of `table` add 1 to its competition's version row of this writer
-    (the Postgres backend; 0 on SQLite, which has one writer at a time). On Postgres the row is updated
-    first and inserted only when missing: an INSERT … ON CONFLICT for every vote cost twice as much."""
+    (the Postgres backend; 0 on SQLite, which has one writer at a time)."""
+    if dialect == "postgresql":
+        return [
+            statement
+            for event in events
+            for statement in (
+                _row_trigger(table, event, competition_id)
+                if " OF " in event
+                else _statement_trigger(table, event, competition_id)
+            )
+        ]
     bump = (
-        "INSERT INTO competition_versions (competition_id, writer, version) SELECT {id}, {writer}, 1 "
+        "INSERT INTO competition_versions (competition_id, writer, version) SELECT {id}, 0, 1 "
         "WHERE {id} IS NOT NULL ON CONFLICT (competition_id, writer) "
         "DO UPDATE SET version = competition_versions.version + 1;"
     )
-    if dialect == "postgresql":
-        changed_id = competition_id.format(row="changed")
-        first_bump = bump.format(id="changed_id", writer="pg_backend_pid()")
-        return [
-            f"CREATE FUNCTION bump_version_{table}() RETURNS trigger LANGUAGE plpgsql AS $$ "
-            "DECLARE changed record; changed_id integer; BEGIN "
-            "IF TG_OP = 'DELETE' THEN changed := OLD; ELSE changed := NEW; END IF; "
-            f"changed_id := {changed_id}; "
-            "UPDATE competition_versions SET version = version + 1 "
-            "WHERE competition_id = changed_id AND writer = pg_backend_pid(); "
-            f"IF NOT FOUND THEN {first_bump} END IF; RETURN NULL; END $$",
-            f"CREATE TRIGGER bump_version AFTER {' OR '.join(events)} ON {table} "
-            f"FOR EACH ROW EXECUTE FUNCTION bump_version_{table}()",
-        ]
     return [
         f"CREATE TRIGGER bump_version_{table}_{event.split()[0].lower()} AFTER {event} ON {table} BEGIN "
-        + bump.format(id=competition_id.format(row="OLD" if event == "DELETE" else "NEW"), writer="0")
+        + bump.format(id=competition_id.format(row="OLD" if event == "DELETE" else "NEW"))
         + " END"
         for event in events
+    ]
+
+
+def _trigger_function(table: str, event: str) -> str:
+    """The name of the Postgres function (and trigger) that bumps versions for this table and event."""
+    return f"bump_version_{table}_{event.split()[0].lower()}"
+
+
+def _statement_trigger(table: str, event: str, competition_id: str) -> list[str]:
+    """Postgres: once per statement, 1 added for each competition its rows belong to (read from the
+    statement's transition table): a bulk insert of 100,000 questions bumps once, not 100,000 times."""
+    name = _trigger_function(table, event)
+    changed_id = competition_id.format(row="changed_rows")
+    rows = "OLD" if event == "DELETE" else "NEW"
+    return [
+        f"CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "INSERT INTO competition_versions (competition_id, writer, version) "
+        f"SELECT changed_id, pg_backend_pid(), 1 FROM (SELECT DISTINCT {changed_id} AS changed_id "
+        "FROM changed_rows) AS changed WHERE changed_id IS NOT NULL "
+        "ON CONFLICT (competition_id, writer) DO UPDATE SET version = competition_versions.version + 1; "
+        "RETURN NULL; END $$",
+        f"CREATE TRIGGER {name} AFTER {event} ON {table} REFERENCING {rows} TABLE AS changed_rows "
+        f"FOR EACH STATEMENT EXECUTE FUNCTION {name}()",
+    ]
+
+
+def _row_trigger(table: str, event: str, competition_id: str) -> list[str]:
+    """Postgres: once per row, for an UPDATE OF columns (a vote's counts; Postgres gives such triggers no
+    transition table). The row is updated first and inserted only when missing: an INSERT … ON CONFLICT
+    for every vote cost twice as much."""
+    name = _trigger_function(table, event)
+    changed_id = competition_id.format(row="NEW")
+    return [
+        f"CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "UPDATE competition_versions SET version = version + 1 "
+        f"WHERE competition_id = {changed_id} AND writer = pg_backend_pid(); "
+        "IF NOT FOUND THEN INSERT INTO competition_versions (competition_id, writer, version) "
+        f"SELECT {changed_id}, pg_backend_pid(), 1 WHERE {changed_id} IS NOT NULL "
+        "ON CONFLICT (competition_id, writer) DO UPDATE SET version = competition_versions.version + 1; "
+        "END IF; RETURN NULL; END $$",
+        f"CREATE TRIGGER {name} AFTER {event} ON {table} FOR EACH ROW EXECUTE FUNCTION {name}()",
     ]
 
 
@@ -700,8 +736,9 @@ def downgrade() -> None:
     """Drop every table, dependants first (their indexes go with them)."""
     op.drop_table("adjudications")
     if op.get_bind().dialect.name == "postgresql":
-        for table in VERSIONED_TABLES:
-            op.execute(f"DROP FUNCTION bump_version_{table}() CASCADE")
+        for table, (events, _competition_id) in VERSIONED_TABLES.items():
+            for event in events:
+                op.execute(f"DROP FUNCTION {_trigger_function(table, event)}() CASCADE")
     op.drop_table("competition_versions")
     op.drop_table("leaderboard_snapshots")
     op.drop_table("label_undo_depths")

@@ -5,6 +5,7 @@ import asyncio
 
 import httpx
 import pytest
+from sqlalchemy import text
 
 from app.competitions.schemas import CompetitionCreate
 from app.competitions.service import create_competition, data_version
@@ -78,3 +79,26 @@ async def test_concurrent_misses_compute_once(app, one_vote_competition):
     assert {response.status_code for response in responses} == {200}
     assert len({response.content for response in responses}) == 1
     assert reads.computations == 1
+
+
+def test_every_change_to_the_rows_public_reads_come_from_raises_the_data_version(
+    db_session, one_vote_competition
+):
+    """Each of these statements changes several rows: Postgres bumps once per statement (transition
+    tables), except for a vote's counts (a row trigger); SQLite once per row."""
+    competition, subset = one_vote_competition
+    per_row = db_session.get_bind().dialect.name == "sqlite"
+    changes = {  # statement: whether Postgres bumps per row
+        "UPDATE pair_images SET distance = distance + 1 WHERE subset_id = :subset": False,
+        "UPDATE questions SET yes_votes = yes_votes + 1 WHERE competition_id = :competition": True,
+        "UPDATE classifiers SET name = name || '!' WHERE competition_id = :competition": False,
+        "DELETE FROM pair_images WHERE subset_id = :subset": False,
+    }
+    for statement, row_trigger in changes.items():
+        before = data_version(db_session=db_session, competition_id=competition.id)
+        changed = db_session.execute(
+            text(statement), {"subset": subset.id, "competition": competition.id}
+        ).rowcount
+        raised = data_version(db_session=db_session, competition_id=competition.id) - before
+        assert changed > 1, statement
+        assert raised == (changed if per_row or row_trigger else 1), statement
