@@ -34,14 +34,7 @@ class HotStatement:
 
     def rows(self, db_session: Session, parameters: dict[str, Any]) -> list[Any]:
         """The rows of the statement (a SELECT, or a write with RETURNING) for these parameters."""
-        with _driver(db_session) as connection:
-            if connection is None:
-                return list(db_session.execute(self.statement, parameters))
-            refuse_unstorable(parameters)
-            sql, values = self._postgres_sql(connection.dialect, parameters)
-            cursor = _psycopg(connection).cursor(row_factory=namedtuple_row)
-            cursor.execute(sql, values)
-            return cursor.fetchall()
+        return self.rows_after_sync(db_session, parameters)()
 
     def rows_after_sync(self, db_session: Session, parameters: dict[str, Any]) -> Callable[[], list[Any]]:
         """Send the statement now and read its rows later: inside pipelined() it goes with the pipeline's
