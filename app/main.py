@@ -23,6 +23,7 @@ from app.jobs.router import router as jobs_router
 from app.labelling.pages import router as labelling_pages_router
 from app.labelling.router import router as labelling_router
 from app.leaderboard.pages import router as leaderboard_pages_router
+from app.leaderboard.public_reads import PublicReads
 from app.leaderboard.router import router as leaderboard_router
 from app.settings import Settings
 from app.users.auth import OptionalUser
@@ -34,7 +35,6 @@ from app.web.error_pages import install_error_pages
 from app.web.errors import install_error_handlers
 from app.web.metrics import RequestMetrics
 from app.web.metrics import router as metrics_router
-from app.web.public_reads import PublicReads
 from app.web.router import router as web_router
 from app.web.security_headers import SecurityHeaders
 from app.web.templating import render

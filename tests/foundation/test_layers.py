@@ -14,7 +14,7 @@ DOMAINS = ("users", "competitions", "images", "classifiers", "labelling", "jobs"
 """Lowest first: a domain's modules import only domains before it."""
 FOUNDATIONS = ("app.core", "app.db.base", "app.db.engine", "app.db.statements", "app.errors", "app.settings")
 FOUNDATIONS += ("app.security", "app.storage")
-WEB_EDGES = ("router.py", "pages.py", "auth.py")
+WEB_EDGES = ("router.py", "pages.py", "auth.py", "public_reads.py")
 """Modules that answer HTTP requests: they may call any domain, and only they may use FastAPI."""
 WEB = ("fastapi", "starlette", "app.db.session", "app.web", "app.main")
 
