@@ -26,8 +26,8 @@ from app.leaderboard.pages import router as leaderboard_pages_router
 from app.leaderboard.public_reads import PublicReads
 from app.leaderboard.router import router as leaderboard_router
 from app.settings import Settings
+from app.site.pages import router as site_pages_router
 from app.users.auth import OptionalUser
-from app.users.pages import router as users_pages_router
 from app.users.rate_limit import LoginLimits
 from app.users.router import router as users_router
 from app.web.body_guard import BodyGuard, BodyLimits
@@ -35,7 +35,6 @@ from app.web.error_pages import install_error_pages
 from app.web.errors import install_error_handlers
 from app.web.metrics import RequestMetrics
 from app.web.metrics import router as metrics_router
-from app.web.router import router as web_router
 from app.web.security_headers import SecurityHeaders
 from app.web.templating import render
 
@@ -143,7 +142,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_pages(app)
     app.include_router(labelling_router)  # first: matched in order, and its routes take every answer
     app.include_router(users_router)
-    app.include_router(users_pages_router)
     app.include_router(competitions_router)
     app.include_router(images_router)
     app.include_router(labelling_pages_router)
@@ -153,7 +151,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(leaderboard_router)
     app.include_router(leaderboard_pages_router)
     app.include_router(admin_pages_router)
-    app.include_router(web_router)
+    app.include_router(site_pages_router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     _add_documentation_pages(app)
 
