@@ -14,12 +14,14 @@ from typing import Annotated, TypeVar
 from fastapi import APIRouter, Depends, Request, status
 from sqlalchemy.orm import Session
 
+from app.competitions.dependencies import CompetitionDep
 from app.competitions.members import MEMBERS_ONLY
 from app.db.session import SessionDep, in_one_thread
 from app.errors import Forbidden, NotFound
 from app.labelling import adjudication, answers, gold, quality, queue
 from app.labelling.annotators import annotator_stats, images_left
 from app.labelling.caller import labelling_caller
+from app.labelling.metrics import VOTES
 from app.labelling.schemas import (
     AdjudicationCreate,
     AdjudicationRead,
@@ -54,9 +56,7 @@ from app.users.auth import (
     refuse_before_lookup,
     require_caller,
 )
-from app.web.dependencies import CompetitionDep
 from app.web.errors import error_responses
-from app.web.metrics import VOTES
 
 Result = TypeVar("Result")
 

@@ -19,6 +19,7 @@ from fastapi import APIRouter, Depends, Query, Request, status
 from fastapi.responses import Response, StreamingResponse
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.competitions.dependencies import CompetitionDep
 from app.db.session import DatabaseStepsDep, SessionDep, through_database_gate
 from app.errors import InvalidInput
 from app.leaderboard import exports, public_reads, snapshots
@@ -37,7 +38,7 @@ from app.leaderboard.schemas import (
 )
 from app.leaderboard.tables import LEADERBOARD_TABLES, LeaderboardTable
 from app.users.auth import AdminUser
-from app.web.dependencies import CompetitionDep, SettingsDep
+from app.web.dependencies import SettingsDep
 from app.web.errors import error_responses
 
 router = APIRouter(prefix="/api/v1", tags=["leaderboard"])

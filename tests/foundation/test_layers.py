@@ -14,8 +14,10 @@ DOMAINS = ("users", "competitions", "images", "classifiers", "labelling", "jobs"
 """Lowest first: a domain's modules import only domains before it."""
 FOUNDATIONS = ("app.core", "app.db.base", "app.db.engine", "app.db.statements", "app.errors", "app.settings")
 FOUNDATIONS += ("app.security", "app.storage")
-WEB_EDGES = ("router.py", "pages.py", "auth.py", "public_reads.py")
+WEB_EDGES = ("router.py", "pages.py", "auth.py", "dependencies.py", "public_reads.py")
 """Modules that answer HTTP requests: they may call any domain, and only they may use FastAPI."""
+EDGE_PACKAGES = ("app.admin", "app.site")
+"""Pages that orchestrate across the domains: only the application (app.main) imports them."""
 WEB = ("fastapi", "starlette", "app.db.session", "app.web", "app.main")
 
 
@@ -111,4 +113,24 @@ def test_the_blob_stores_need_no_domain_and_no_web_framework():
             domains = [f"app.{domain}" for domain in DOMAINS]
             assert not any(within(name, domain) for domain in domains), (
                 f"storage/{source.name} imports {name}"
+            )
+
+
+@pytest.mark.parametrize("source", sorted((APP / "web").glob("*.py")), ids=lambda source: source.name)
+def test_the_web_plumbing_imports_no_domain(source):
+    """app/web is shared HTTP plumbing (errors, dependencies, templating, guards, metrics): the domains use
+    it, so it may use only the foundations (a domain's behaviour reaches it as an argument, from app.main)."""
+    allowed = ("app.web", "app.db.session", *FOUNDATIONS)
+    for name in imported_modules(source):
+        if within(name, "app") and name != "app":
+            assert any(within(name, package) for package in allowed), f"web/{source.name} imports {name}"
+
+
+def test_only_the_application_imports_the_edge_packages():
+    for source in APP.rglob("*.py"):
+        if source == APP / "main.py" or any(source.is_relative_to(APP / edge[4:]) for edge in EDGE_PACKAGES):
+            continue
+        for name in imported_modules(source):
+            assert not any(within(name, edge) for edge in EDGE_PACKAGES), (
+                f"{source.relative_to(APP)} imports {name}"
             )
