@@ -21,6 +21,7 @@ from app.db.session import SessionDep
 from app.images.router import router as images_router
 from app.jobs.activity import job_gauges
 from app.jobs.router import router as jobs_router
+from app.labelling import admin_router as labelling_admin
 from app.labelling.metrics import labelling_gauges
 from app.labelling.pages import router as labelling_pages_router
 from app.labelling.router import router as labelling_router
@@ -146,7 +147,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     install_error_pages(app, signed_in_user)
     app.include_router(labelling_router)  # first: matched in order, and its routes take every answer
+    app.include_router(labelling_admin.router)
     app.include_router(users_router)
+    app.include_router(labelling_admin.work_records_router)
     app.include_router(competitions_router)
     app.include_router(images_router)
     app.include_router(labelling_pages_router)

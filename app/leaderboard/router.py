@@ -20,11 +20,11 @@ from fastapi.responses import Response, StreamingResponse
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.competitions.dependencies import CompetitionDep
+from app.csv_cells import neutralised
 from app.db.session import DatabaseStepsDep, SessionDep, through_database_gate
 from app.errors import InvalidInput
 from app.leaderboard import exports, public_reads, snapshots
 from app.leaderboard.agreement import competition_quality
-from app.leaderboard.csv_cells import neutralised
 from app.leaderboard.public_reads import PublicReadsDep
 from app.leaderboard.schemas import (
     ClassifierAnalysisRead,
