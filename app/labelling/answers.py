@@ -49,6 +49,19 @@ class _Votes:
     my_answer: bool | None
     adjudicated: bool = False
 
+    @classmethod
+    def of(cls, row) -> "_Votes":
+        """The vote state in an IMAGE_QUESTIONS row."""
+        return cls(
+            id=row.id,
+            yes_votes=row.yes_votes,
+            no_votes=row.no_votes,
+            outcome=row.outcome,
+            decided_at=row.decided_at,
+            gold_answer=row.gold_answer,
+            my_answer=row.my_answer,
+        )
+
 
 def submit_answers(
     *, db_session: Session, competition: LabellingSettings, user: Labeller, answers: Sequence[Answer]
@@ -69,7 +82,7 @@ def submit_answers(
     item = items[0]
     rows = IMAGE_QUESTIONS.rows(db_session, {**where, "image_id": item.image_id, "item_id": item.id})
     _check_may_answer(rows[0].my_status)
-    questions = {row.id: _Votes(*row[:-2]) for row in rows}
+    questions = {row.id: _Votes.of(row) for row in rows}
     now = utcnow()
     new_votes, gold_answers, counted, already_decided = [], [], [], []
     for answer in answers:
@@ -131,7 +144,7 @@ def _annotators_needed(
         return rules.annotators_to_decide(questions.values(), competition.panel_size)
     counts = Counter(
         {
-            (row[0], row[1]): row[2]
+            (row.question_id, row.answer): row.votes
             for row in db_session.execute(GOLD_VOTE_COUNTS, {"question_ids": [q.id for q in gold]})
         }
     )

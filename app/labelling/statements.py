@@ -385,7 +385,7 @@ IMAGE_QUESTIONS = HotStatement(
 """Every question of an image with its counted votes and the annotator's own answer, if any (and how far
 they have undone, and their assignment's status on the item)."""
 GOLD_VOTE_COUNTS = (
-    select(_votes.c.question_id, _votes.c.answer, func.count())
+    select(_votes.c.question_id, _votes.c.answer, func.count().label("votes"))
     .where(_votes.c.question_id.in_(bindparam("question_ids", expanding=True)))
     .group_by(_votes.c.question_id, _votes.c.answer)
 )
