@@ -192,11 +192,14 @@ class PairGalleryRead(BaseModel):
     competition_id: int
     classifier_a: ClassifierRef
     classifier_b: ClassifierRef
-    selected: list[GalleryImage] = Field(description="Selected images with no open question, in order.")
+    selected: list[GalleryImage] = Field(
+        description="Selected images with no open question and no gold question, in order."
+    )
     discarded: list[GalleryImage]
     withheld: int = Field(
-        description="Selected images not listed yet: a question on them is open (predictions are shown once "
-        "every question on an image is decided, so annotators cannot tell which model asked what)."
+        description="Selected images not listed: a question on them is open, or they have a gold question "
+        "(predictions are shown once every question on an image is decided, so annotators cannot tell which "
+        "model asked what; never on gold images, which annotators are still handed)."
     )
     reserve: int = Field(description="Images waiting in reserve to replace discarded ones.")
     labelled: int
@@ -243,7 +246,8 @@ class ClassifierAnalysisRead(BaseModel):
     status: ClassifierStatus
     labelled_predictions: int = Field(
         description="Images of its pairs whose question on its own label is decided and that have no open "
-        "question (a prediction is public once its image is decided)."
+        "question and no gold question (a prediction is public once its image is decided, never on a gold "
+        "image)."
     )
     worst_classes: list[GroupPrecisionRead]
     worst_superclasses: list[GroupPrecisionRead]
