@@ -159,15 +159,16 @@ def _lease_next(db_session: Session, call: LabellingCall, not_now: int | None = 
 async def submit_answers(
     body: AnswersCreate, db_session: SessionDep, labelling: LabellingRequestDep
 ) -> AnswersRead:
-    """Store yes/no answers with the seconds each took. A question is decided once a strict majority of the
-    panel agrees (3 of 5) and is then asked no more; answers to questions decided meanwhile are listed in
-    `already_decided` and not stored. Sending a stored answer again is a no-op; changing one needs undo
-    (409). Only an image given to the caller (by …/next or …/undo, even if the lease has run out since) can
-    be answered, and not one they flagged: 409 otherwise. With `"next": true` the response also carries the
-    next image, leased as by POST …/next. The answers are then checked: when the caller's accuracy on gold
-    questions falls below the competition's threshold, `paused` says why and every further labelling
-    request of theirs in this competition is refused (403) until an admin decides; a streak of very fast
-    answers or a long run of one answer is flagged for an admin to review."""
+    """Store yes/no answers with the seconds each took (bounded by the server's clock: the time since the
+    image was handed out, or since the last answer on it, shared among them). A question is decided once a
+    strict majority of the panel agrees (3 of 5) and is then asked no more; answers to questions decided
+    meanwhile are listed in `already_decided` and not stored. Sending a stored answer again is a no-op;
+    changing one needs undo (409). Only an image given to the caller (by …/next or …/undo, even if the lease
+    has run out since) can be answered, and not one they flagged: 409 otherwise. With `"next": true` the
+    response also carries the next image, leased as by POST …/next. The answers are then checked: when the
+    caller's accuracy on gold questions falls below the competition's threshold, `paused` says why and every
+    further labelling request of theirs in this competition is refused (403) until an admin decides; a streak
+    of very fast answers or a long run of one answer is flagged for an admin to review."""
 
     def answer(call: LabellingCall) -> AnswersRead:
         result = answers.submit_answers(

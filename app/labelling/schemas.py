@@ -89,7 +89,14 @@ class AnswerCreate(BaseModel):
 
     question_id: int
     answer: bool = Field(description="True: yes, the image contains this class.")
-    seconds: float | None = Field(default=None, ge=0, le=86_400, description="Time taken to answer.")
+    seconds: float | None = Field(
+        default=None,
+        ge=0,
+        le=86_400,
+        description="Time taken to answer, as the client measured it. The server's clock bounds it: the "
+        "answers of one submission are credited at most the time since the image was handed out (or since "
+        "the last answer on it), shared in proportion to these seconds; left out, an equal share.",
+    )
 
 
 class AnswersCreate(BaseModel):

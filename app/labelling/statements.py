@@ -383,6 +383,10 @@ IMAGE_QUESTIONS = HotStatement(
         .where(_assignments.c.item_id == bindparam("item_id"), _assignments.c.user_id == bindparam("user_id"))
         .scalar_subquery()
         .label("my_status"),
+        select(_assignments.c.leased_at)
+        .where(_assignments.c.item_id == bindparam("item_id"), _assignments.c.user_id == bindparam("user_id"))
+        .scalar_subquery()
+        .label("my_leased_at"),
     )
     .select_from(
         _questions.outerjoin(
@@ -395,7 +399,8 @@ IMAGE_QUESTIONS = HotStatement(
     )
 )
 """Every question of an image with its counted votes and the annotator's own answer, if any (and how far
-they have undone, and their assignment's status on the item)."""
+they have undone, and their assignment's status on the item and when it was last handed to them or
+answered: the server's clock for the seconds of their answers)."""
 GOLD_VOTE_COUNTS = (
     select(_votes.c.question_id, _votes.c.answer, func.count())
     .where(_votes.c.question_id.in_(bindparam("question_ids", expanding=True)))

@@ -14,7 +14,8 @@ PairEntry = tuple[int, float, int, int, float, float]
 
 @dataclass(frozen=True)
 class Answer:
-    """One annotator's yes/no answer to one question and the seconds it took."""
+    """One annotator's yes/no answer to one question and the seconds it took, as the client claims them (None:
+    not sent; the server's clock bounds them, answers.timed_seconds)."""
 
     question_id: int
     answer: bool
