@@ -242,9 +242,9 @@ async def skip_image(
 )
 async def undo(db_session: SessionDep, labelling: LabellingRequestDep) -> UndoRead:
     """Take back the caller's latest answer (or flag) and lease its image again with the undone question
-    first. Up to ten steps back; 404 when there is nothing to undo, 409 past ten, when the panel has
-    already discarded a flagged image, or when another of the caller's requests changed their latest answer
-    meanwhile (try again)."""
+    first. A flag on an image the panel has already discarded stays: undo steps past it to the step before
+    (`flags_kept` counts those passed). Up to ten steps back; 404 when there is nothing to undo, 409 past ten
+    or when another of the caller's requests changed their latest answer meanwhile (try again)."""
 
     def take_back(call: LabellingCall) -> UndoRead:
         result = undo_last(db_session=db_session, competition=call.competition, user=call.labeller)
@@ -252,6 +252,7 @@ async def undo(db_session: SessionDep, labelling: LabellingRequestDep) -> UndoRe
             undone=result.undone,
             question_id=result.question_id,
             item=None if result.item is None else ItemRead.of(result.item),
+            flags_kept=result.flags_kept,
         )
 
     return await labelling.run(db_session, take_back)

@@ -161,6 +161,10 @@ class UndoRead(BaseModel):
     undone: Literal["answer", "flag"]
     question_id: int | None = Field(description="The question whose answer was taken back (null for a flag).")
     item: ItemRead | None
+    flags_kept: int = Field(
+        description="The caller's flags after the step undone that stay: on images the panel has discarded "
+        "(a panel of one discards at each flag), which cannot be withdrawn, so undo steps past them."
+    )
 
 
 class MyStatsRead(BaseModel):

@@ -72,11 +72,13 @@ class SubmitResult:
 
 @dataclass(frozen=True)
 class UndoResult:
-    """What undo took back (an answer to question_id, or a flag) and the item to answer again."""
+    """What undo took back (an answer to question_id, or a flag), the item to answer again, and how many
+    later flags of the annotator stay (on images the panel has discarded: undo stepped past them)."""
 
     undone: str
     question_id: int | None
     item: PresentedItem | None
+    flags_kept: int = 0
 
 
 @dataclass(frozen=True)
