@@ -126,6 +126,26 @@ def answer_next(
     return item
 
 
+class LabellingCalls:
+    """One caller's labelling API through a test client, each call answered 200."""
+
+    def __init__(self, client, competition_id: int, headers: dict[str, str]):
+        self.client, self.headers = client, headers
+        self.path = f"/api/v1/competitions/{competition_id}/labelling"
+
+    def post(self, path: str, body: dict | None = None) -> dict:
+        """POST …/labelling/{path} with this JSON body; the response's JSON."""
+        response = self.client.post(f"{self.path}/{path}", json=body, headers=self.headers)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def me(self) -> dict:
+        """GET …/labelling/me."""
+        response = self.client.get(f"{self.path}/me", headers=self.headers)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+
 def let_time_pass(db_session: Session, seconds: float) -> None:
     """The annotators look at the images leased to them for `seconds`: each running lease's hand-out time
     moves back by that much (the server's clock bounds the seconds an answer is credited)."""

@@ -6,7 +6,7 @@ left" does not move when it is skipped; a skipped gold image must do the same, s
 gold images, cannot tell them by the count, and is paused by the gold threshold.
 """
 
-from tests.labelling.factories import labelling_competition
+from tests.labelling.factories import LabellingCalls, labelling_competition
 from tests.labelling.test_gold_secrecy import add_gold_images
 from tests.labelling.test_quality_control import set_quality
 
@@ -22,16 +22,11 @@ def test_skipping_neither_tells_gold_images_apart_nor_dodges_the_pause(
     gold_hashes = add_gold_images(client, db_session, competition, admin_headers, GOLD_IMAGES)
     set_quality(client, competition, admin_headers, gold_threshold=0.8, gold_min_answers=4)
     labelling = f"/api/v1/competitions/{competition.id}/labelling"
-
-    def post(path: str, body: dict | None = None) -> dict:
-        response = client.post(f"{labelling}/{path}", json=body, headers=annotator_headers)
-        assert response.status_code == 200, response.text
-        return response.json()
+    calls = LabellingCalls(client, competition.id, annotator_headers)
+    post = calls.post
 
     def images_left() -> int:
-        response = client.get(f"{labelling}/me", headers=annotator_headers)
-        assert response.status_code == 200, response.text
-        return response.json()["images_left"]
+        return calls.me()["images_left"]
 
     skipped: set[int] = set()
     left_after_skip: dict[bool, set[int]] = {True: set(), False: set()}
