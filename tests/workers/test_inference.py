@@ -13,15 +13,8 @@ import torch
 from PIL import Image, ImageOps
 
 from app.classifiers.prediction_store import Predictions
-from workers.inference import (
-    InferenceEngine,
-    PreparedModel,
-    classify,
-    decode_image,
-    decode_jpegs,
-    gpu_decodable,
-    uint8_transform,
-)
+from workers.decoding import decode_image, decode_jpegs, device_decodable
+from workers.inference import InferenceEngine, PreparedModel, classify, uint8_transform
 
 
 def reference_probabilities(model: torch.nn.Module, paths) -> np.ndarray:
@@ -207,7 +200,7 @@ def test_jpegs_left_to_the_device_decode_and_transform_there_as_pillow_does(mode
     """On CUDA the loader processes leave complete upright RGB JPEGs to nvJPEG; decode_jpeg on the CPU
     (libjpeg) runs the same path here, tensors through the same timm transforms."""
     contents = [path.read_bytes() for path in images.paths]
-    left = [ordinal for ordinal, data in enumerate(contents) if gpu_decodable(data)]
+    left = [ordinal for ordinal, data in enumerate(contents) if device_decodable(data)]
     assert [images.paths[ordinal].name for ordinal in left] == [f"photo{n}.jpg" for n in (0, 1, 2, 3, 4, 15)]
     jpegs = [torch.frombuffer(bytearray(contents[ordinal]), dtype=torch.uint8) for ordinal in left]
     decoded = decode_jpegs(jpegs, torch.device(device))
