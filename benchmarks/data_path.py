@@ -91,13 +91,14 @@ class Puller:
         return images, total
 
 
-def make_corpus(folder: Path) -> None:
-    """DRAWN JPEGs from inference.py's recipe, and copies of them made distinct by a comment up to IMAGES."""
+def make_corpus(folder: Path, images: int = IMAGES) -> None:
+    """DRAWN JPEGs from inference.py's recipe, and copies of them made distinct by a comment, `images` in
+    all."""
     folder.mkdir(parents=True, exist_ok=True)
-    if len(list(folder.glob("*.jpg"))) >= IMAGES:
+    if len(list(folder.glob("*.jpg"))) >= images:
         return
-    drawn = make_jpegs(folder, DRAWN, seed=0, sides=SIDES)
-    for index in range(DRAWN, IMAGES):
+    drawn = make_jpegs(folder, min(DRAWN, images), seed=0, sides=SIDES)
+    for index in range(DRAWN, images):
         data = drawn[index % DRAWN].read_bytes()
         comment = f"copy {index}".encode()
         marker = b"\xff\xfe" + (len(comment) + 2).to_bytes(2, "big") + comment  # COM segment after SOI

@@ -209,14 +209,22 @@ def database(settings: Settings) -> Iterator[Session]:
         engine.dispose()
 
 
-def register(session: Session, settings: Settings, competition, name: str, weights: Path) -> Classifier:
-    """test_resnet with `weights` as a user's classifier, its predict jobs queued in shards of settings'."""
+def register(
+    session: Session,
+    settings: Settings,
+    competition,
+    name: str,
+    weights: Path,
+    architecture: str = "test_resnet",
+) -> Classifier:
+    """`architecture` with `weights` as a user's classifier, its predict jobs queued in the shards of
+    `settings`."""
     classifier = classifiers_service.register_timm_weights(
         db_session=session,
         settings=settings,
         competition=competition,
         name=name,
-        architecture="test_resnet",
+        architecture=architecture,
         weights_file=weights,
         weights_filename=weights.name,
     )
