@@ -12,6 +12,7 @@ import pytest
 import timm
 import torch
 
+from tests.workers.conftest import FailingReader
 from workers.decoding import decode_image, device_decodable
 from workers.feed import BatchFeed, BatchLoader
 from workers.inference import uint8_transform
@@ -90,19 +91,6 @@ def test_the_next_shard_is_read_while_the_current_one_is_still_being_consumed(lo
     assert [batch.size for batch in feed.batches(following)] == [2]
     assert len(set(reader.read().values())) == 1 and os.getpid() not in reader.read().values()
     feed.close()
-
-
-@dataclass(frozen=True)
-class FailingReader:
-    """A read_bytes whose storage fails for one ordinal, as a lost file would."""
-
-    read_bytes: Callable[[int], bytes]
-    failing: int
-
-    def __call__(self, ordinal: int) -> bytes:
-        if ordinal == self.failing:
-            raise FileNotFoundError(f"image {ordinal} is gone")
-        return self.read_bytes(ordinal)
 
 
 def test_a_failed_batch_raises_its_error_in_turn_and_the_shards_queued_behind_go_on(loader, read_bytes):

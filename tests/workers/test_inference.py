@@ -14,7 +14,7 @@ import torch
 from PIL import Image, ImageOps, JpegImagePlugin
 
 from app.classifiers.prediction_store import Predictions
-from tests.workers.conftest import FileReader
+from tests.workers.conftest import FailingReader, FileReader
 from workers.decoding import decode_image, decode_jpegs, device_decodable
 from workers.inference import InferenceEngine, PreparedModel, classify, uint8_transform
 
@@ -95,19 +95,6 @@ def test_rows_follow_the_given_ordinals(models, read_bytes, all_predictions):
     (predictions,) = InferenceEngine(models[:1], batch_size=3, num_workers=1).predict(ordinals, read_bytes)
     for name, array in all_predictions[0].arrays().items():
         np.testing.assert_allclose(getattr(predictions, name), array[ordinals], rtol=1e-6, err_msg=name)
-
-
-@dataclass(frozen=True)
-class FailingReader:
-    """A read_bytes whose storage fails for one ordinal, as a lost file or a network error would."""
-
-    read_bytes: Callable[[int], bytes]
-    failing: int
-
-    def __call__(self, ordinal: int) -> bytes:
-        if ordinal == self.failing:
-            raise FileNotFoundError(f"image {ordinal} is gone")
-        return self.read_bytes(ordinal)
 
 
 def test_a_failed_read_fails_the_shard_rather_than_passing_for_a_bad_image(models, read_bytes):
