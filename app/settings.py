@@ -34,8 +34,8 @@ class Settings(BaseSettings):
     database_url: str = Field(default="", description="SQLAlchemy URL; empty means SQLite in the data dir.")
     secret_key: str = Field(
         default=DEVELOPMENT_SECRET_KEY,
-        description="Signs session cookies; release pseudonyms use a key derived from it (`mad release` refuses "
-        "the development key).",
+        description="Signs session cookies; release pseudonyms use a key derived from it (`mad release` "
+        "refuses the development key).",
     )
     db_pool_size: int = Field(
         default=4,

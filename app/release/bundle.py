@@ -34,7 +34,6 @@ from app.release.tables import (
 )
 from app.settings import Settings
 
-
 DEVELOPMENT_KEY_REFUSED = (
     "MAD_SECRET_KEY is the public development key (or shorter than 32 characters): anyone could recompute "
     "the annotators' pseudonyms from it. Release with the deployment's own MAD_SECRET_KEY, the one its "

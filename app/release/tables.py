@@ -97,8 +97,7 @@ def pseudonymised_votes(batches: Iterator[pa.RecordBatch], source: ExportSource)
     key = pseudonym_key(source.settings.secret_key)
     for batch in batches:
         names = [
-            pseudonym(key, source.competition.id, user_id)
-            for user_id in batch.column("user_id").to_pylist()
+            pseudonym(key, source.competition.id, user_id) for user_id in batch.column("user_id").to_pylist()
         ]
         index = batch.schema.get_field_index("user_id")
         yield batch.drop_columns(["user_id"]).add_column(index, "annotator", pa.array(names, pa.string()))
