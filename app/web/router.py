@@ -16,7 +16,8 @@ from app.security import new_csrf_token
 from app.users import rate_limit
 from app.users import service as users_service
 from app.users.auth import ANNOTATOR_ROLES, SESSION_GENERATION, OptionalUser, check_csrf, page_user
-from app.users.models import Role
+from app.users.models import Role, username_key
+from app.users.service import MAX_USERNAME_LENGTH
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
@@ -65,7 +66,8 @@ async def login(
     """
     limits = request.app.state.login_limits
     address = request.client.host if request.client else ""
-    where = dict(limits=limits, address=address, username=username)
+    named = username_key(username[:MAX_USERNAME_LENGTH])  # failures count per account, in any case or form
+    where = dict(limits=limits, address=address, username=named)
     wait_s = await steps.run(lambda db: rate_limit.retry_after(db_session=db, now=utcnow(), **where))
     if wait_s:
         error = f"Too many failed sign-ins. Try again in {wait_s} seconds."
@@ -87,7 +89,7 @@ async def login(
             error="Wrong username or password.",
             username=username,
         )
-    await steps.run(lambda db: rate_limit.forget(db_session=db, address=address, username=username))
+    await steps.run(lambda db: rate_limit.forget(db_session=db, address=address, username=named))
     request.session.clear()
     request.session.update(
         {"user_id": account.id, SESSION_GENERATION: account.session_generation, "csrf": new_csrf_token()}
