@@ -101,12 +101,14 @@ async def login(
 
 
 @router.get("/account", response_class=HTMLResponse)
-def account_page(request: Request, user: OptionalUser):
-    """The signed-in person's account: who they are, and a form to change their password."""
+def account_page(request: Request, db_session: SessionDep, user: OptionalUser):
+    """The signed-in person's account: who they are, and a form to change their password (keeping their API
+    tokens, when they have some, only if they say so)."""
     account = page_user(request, user, Role.admin, Role.annotator)
     if isinstance(account, RedirectResponse):
         return account
-    return render(request, "account.html", user=account)
+    tokens = len(users_service.list_api_tokens(db_session=db_session, user=account))
+    return render(request, "account.html", user=account, tokens=tokens)
 
 
 @router.post("/logout", dependencies=[Depends(check_csrf)])
