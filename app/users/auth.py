@@ -36,7 +36,9 @@ class HasRole(Protocol):
 
 UserWithRole = TypeVar("UserWithRole", bound=HasRole)
 
-bearer_scheme = HTTPBearer(auto_error=False, description="An API token made with `mad users token add USERNAME`.")
+bearer_scheme = HTTPBearer(
+    auto_error=False, description="An API token made with `mad users token add USERNAME`."
+)
 
 
 def csrf_token_for(request: Request) -> str:
