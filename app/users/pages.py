@@ -52,8 +52,9 @@ def accept_invitation(
 
 
 def _form(request: Request, role: Role, username: str, error: str | None, status_code: int = 200):
-    """The invitation form, with an error to fix when there is one."""
-    return render(
+    """The invitation form, with an error to fix when there is one. Its address holds the link's token, so
+    its requests (styles, scripts, the form) send no Referer for a proxy's log to keep."""
+    page = render(
         request,
         "invitation.html",
         status_code=status_code,
@@ -62,3 +63,5 @@ def _form(request: Request, role: Role, username: str, error: str | None, status
         error=error,
         min_length=MIN_PASSWORD_LENGTH,
     )
+    page.headers["Referrer-Policy"] = "no-referrer"
+    return page

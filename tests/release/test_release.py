@@ -127,8 +127,9 @@ def test_release_pseudonyms_are_stable_under_one_secret_and_not_under_the_cookie
     assert set(annotators(other_secret, "other")).isdisjoint(first)
     voters = {vote.user_id for vote in db_session.query(Vote)}
     cookie_keyed = {  # what a release under the secret itself (the cookies' key) would have named them
-        hmac.new(settings.secret_key.encode(), f"{voted.competition.id}:{user}".encode(), hashlib.sha256)
-        .hexdigest()[:16]
+        hmac.new(
+            settings.secret_key.encode(), f"{voted.competition.id}:{user}".encode(), hashlib.sha256
+        ).hexdigest()[:16]
         for user in voters
     }
     assert cookie_keyed.isdisjoint(first)
