@@ -20,6 +20,7 @@ from app.users import invitations
 from app.users import service as users_service
 from app.users.models import Invitation, Role, User
 from tests.conftest import TEST_PASSWORD, settings_for
+from tests.onboarding.test_api_tokens import sign_in
 from tests.onboarding.test_invitations import NEW_PASSWORD, accept, form_token, invite
 
 RAW_CONSTRAINT_TEXT = ("duplicate key", "UNIQUE constraint", "IntegrityError", "username_key", "uq_users")
@@ -40,13 +41,8 @@ def test_a_username_in_another_case_is_taken(client, admin, admin_headers):
 
 
 def test_sign_in_takes_the_name_in_any_case(client, admin):
-    page = client.get("/login").text
-    signed_in = client.post(
-        "/login",
-        data={"username": "ADMIN", "password": TEST_PASSWORD, "csrf_token": form_token(page)},
-        follow_redirects=False,
-    )
-    assert signed_in.status_code == 303 and client.get("/api/v1/me").json()["username"] == "admin"
+    sign_in(client, "ADMIN")
+    assert client.get("/api/v1/me").json()["username"] == "admin"
 
 
 def test_the_service_s_own_worker_name_cannot_be_taken(client, admin_headers):
