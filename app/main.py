@@ -50,7 +50,7 @@ MAD Arena ranks image classifiers by the **MAximum Discrepancy competition** (Wa
 for every pair of classifiers it selects the unlabelled images where their predictions differ most,
 asks annotators two yes/no questions per image, and aggregates pairwise accuracies into a Perron rank.
 
-Authentication: REST clients send `Authorization: Bearer <token>` (make one with `mad users token NAME`);
+Authentication: REST clients send `Authorization: Bearer <token>` (make one with `mad users token add NAME`);
 browser pages use a session cookie, and state-changing cookie requests need the `X-CSRF-Token` header.
 Errors come as `{"detail": "<what went wrong>", "code": "<kind>"}`.
 """

@@ -3,11 +3,15 @@ worker, live tests).
 
 Both close a connection that has not sent a whole request head within MAD_HEADER_TIMEOUT_S (uvicorn has no
 such timeout: half-sent requests were held open until the file descriptors ran out) and hold at most
-MAD_MAX_CONNECTIONS connections per process (uvicorn answers 503 beyond).
+MAD_MAX_CONNECTIONS connections per process (uvicorn answers 503 beyond). Their access log never shows the
+secrets a URL can carry (RedactSecrets).
 """
 
 import asyncio
+import copy
+import logging
 import os
+import re
 import tempfile
 import threading
 import time
@@ -27,6 +31,30 @@ else:
     from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 STARTUP_TIMEOUT_S = 30
+SECRETS_IN_URLS = re.compile(r"(/invitations/|[?&]lease_token=)[^/?&#\s]+")
+"""An invitation link's token (the page's path) and a lease token in a query (older workers sent it there;
+ours send the X-Lease-Token header)."""
+
+
+class RedactSecrets(logging.Filter):
+    """Replace the secrets of SECRETS_IN_URLS in uvicorn's access log lines with [redacted]: a log is read
+    by more people, and kept longer, than the links it records."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):  # client, method, path with query, HTTP version, status
+            record.args = tuple(
+                SECRETS_IN_URLS.sub(r"\1[redacted]", arg) if isinstance(arg, str) else arg
+                for arg in record.args
+            )
+        return True
+
+
+def log_config() -> dict:
+    """uvicorn's logging configuration, with RedactSecrets on its access log."""
+    config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    config["filters"] = {"redact_secrets": {"()": RedactSecrets}}
+    config["loggers"]["uvicorn.access"]["filters"] = ["redact_secrets"]
+    return config
 
 
 class ServerConfig(uvicorn.Config):
@@ -71,12 +99,14 @@ class HeadTimeoutProtocol(AutoHTTPProtocol):
 
 
 def server_config(app: FastAPI | str, settings: Settings, **options) -> ServerConfig:
-    """A uvicorn config with the head timeout and connection limit of the settings."""
+    """A uvicorn config with the head timeout and connection limit of the settings, and secrets kept out
+    of its access log."""
     return ServerConfig(
         app,
         head_timeout_s=settings.header_timeout_s,
         http=HeadTimeoutProtocol,
         limit_concurrency=settings.max_connections,
+        log_config=log_config(),
         **options,
     )
 

@@ -12,6 +12,7 @@ from app.storage import BlobStore, open_blob_store
 
 STORAGE_URL = re.compile(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9_.-]+)*/?|file:///.*")
 DEVELOPMENT_SECRET_KEY = "development-only-secret-key-do-not-use-in-production"
+MIN_SECRET_KEY_LENGTH = 32
 
 
 class Settings(BaseSettings):
@@ -31,7 +32,11 @@ class Settings(BaseSettings):
         "file:///absolute/path.",
     )
     database_url: str = Field(default="", description="SQLAlchemy URL; empty means SQLite in the data dir.")
-    secret_key: str = Field(default=DEVELOPMENT_SECRET_KEY, description="Signs session cookies.")
+    secret_key: str = Field(
+        default=DEVELOPMENT_SECRET_KEY,
+        description="Signs session cookies; release pseudonyms use a key derived from it (`mad release` "
+        "refuses the development key).",
+    )
     db_pool_size: int = Field(
         default=4,
         ge=1,
@@ -96,14 +101,18 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _refuse_development_secret(self) -> "Settings":
         """Outside development, a real secret key is required."""
-        if self.env != "development" and (
-            self.secret_key == DEVELOPMENT_SECRET_KEY or len(self.secret_key) < 32
-        ):
+        if self.env != "development" and not self.has_real_secret_key:
             raise ValueError(
-                f"MAD_SECRET_KEY must be a random string of at least 32 characters when MAD_ENV={self.env} "
+                f"MAD_SECRET_KEY must be a random string of at least {MIN_SECRET_KEY_LENGTH} characters "
+                f"when MAD_ENV={self.env} "
                 "(for example: python -c 'import secrets; print(secrets.token_urlsafe(48))')"
             )
         return self
+
+    @property
+    def has_real_secret_key(self) -> bool:
+        """Whether MAD_SECRET_KEY is the deployment's own: not the public development key, 32+ characters."""
+        return self.secret_key != DEVELOPMENT_SECRET_KEY and len(self.secret_key) >= MIN_SECRET_KEY_LENGTH
 
     @field_validator("storage_url")
     @classmethod

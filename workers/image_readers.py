@@ -79,20 +79,22 @@ class ShardArchiveReader:
         start, end = ordinals[0], ordinals[-1] + 1
         if list(ordinals) != list(range(start, end)):
             raise ValueError("an archive holds consecutive ordinals")
-        query = urllib.parse.urlencode({"lease_token": self.lease_token, "start": start, "end": end})
-        body = read_body(f"{self.base_url}/api/v1/jobs/{self.job_id}/images.tar?{query}", self.token)
+        query = urllib.parse.urlencode({"start": start, "end": end})
+        url = f"{self.base_url}/api/v1/jobs/{self.job_id}/images.tar?{query}"
+        body = read_body(url, {"Authorization": f"Bearer {self.token}", "X-Lease-Token": self.lease_token})
         return archive_members(body, [str(ordinal) for ordinal in ordinals])
 
 
-def read_body(url: str, token: str) -> memoryview | bytes:
-    """The body of an authorised GET on a connection of its own, read straight into a buffer of its
+def read_body(url: str, headers: dict[str, str]) -> memoryview | bytes:
+    """The body of a GET with these headers (the credentials: in headers, they stay out of access logs) on
+    a connection of its own, read straight into a buffer of its
     Content-Length (http.client: no copy between the socket and the buffer, unlike httpx's parser; and no
     proxy from the environment). LeaseLost, ServiceError or ServiceUnavailable when it is refused."""
     parts = urllib.parse.urlsplit(url)
     connect = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     connection = connect(parts.netloc, timeout=ARCHIVE_TIMEOUT_S)
     try:
-        connection.request("GET", f"{parts.path}?{parts.query}", headers={"Authorization": f"Bearer {token}"})
+        connection.request("GET", f"{parts.path}?{parts.query}", headers=headers)
         response = connection.getresponse()
         if response.status != 200:
             raise_for_error(response.status, f"GET {parts.path}", response.read())

@@ -48,8 +48,8 @@ RECENT_IMAGES_SHOWN = 20
 
 @router.get("/admin", response_class=HTMLResponse)
 def admin_home(request: Request, db_session: SessionDep, user: OptionalUser):
-    """Competitions (and a form to create one), accounts (create, pause, exclude votes), invitations, and a
-    warning when no worker has been seen for a job lease."""
+    """Competitions (and a form to create one), accounts (create, pause, exclude votes), their API tokens
+    (issue, revoke), invitations, and a warning when no worker has been seen for a job lease."""
     admin = page_user(request, user, *ADMIN_ROLES)
     if isinstance(admin, RedirectResponse):
         return admin
@@ -66,6 +66,7 @@ def admin_home(request: Request, db_session: SessionDep, user: OptionalUser):
         competitions=competitions_service.list_competitions(db_session=db_session),
         image_counts=image_counts(db_session=db_session),
         users=users_service.list_users(db_session=db_session),
+        tokens=users_service.list_api_tokens(db_session=db_session),
         invitations=[
             (invitation, username, invitations.invitation_status(invitation))
             for invitation, username in invitations.list_invitations(db_session=db_session)

@@ -1,4 +1,4 @@
-"""`mad users`: add accounts, set passwords, deactivate accounts and issue API tokens."""
+"""`mad users`: add accounts, set passwords, deactivate accounts; issue, list and revoke API tokens."""
 
 import typer
 from rich.table import Table
@@ -9,8 +9,8 @@ from app.users import invitations, service
 from app.users.models import Role
 
 users_app = typer.Typer(
-    help="Add admin, annotator and worker accounts; invite people; set passwords, deactivate accounts, "
-    "issue API tokens.",
+    help="Add admin, annotator and worker accounts; invite people; set passwords, deactivate accounts; "
+    "issue, list and revoke API tokens.",
     no_args_is_help=True,
 )
 
@@ -57,40 +57,87 @@ def invite(
     console.print(base_url.rstrip("/") + invitations.INVITATION_PATH.format(token=token), soft_wrap=True)
 
 
-@users_app.command("token")
+token_app = typer.Typer(
+    help="Issue, list and revoke API tokens, one at a time (only a token's hash is stored).",
+    no_args_is_help=True,
+)
+users_app.add_typer(token_app, name="token")
+
+KEEP_TOKENS_HELP = "Keep the account's API tokens working (by default they are revoked)."
+
+
+@token_app.command("add")
 def issue_token(
     username: str = typer.Argument(..., help="Whose token."),
-    name: str = typer.Option("cli", help="A label to tell tokens apart."),
+    name: str = typer.Option("cli", help="A label to tell tokens apart (shown by `mad users token list`)."),
 ) -> None:
-    """Issue a new API token for an existing account and print it (it is stored only as a hash)."""
+    """Issue a new API token for an existing account and print it (it is shown once: only its hash is
+    stored)."""
     with database_session(load_settings()) as session:
         user = service.get_user_by_name(db_session=session, username=username)
         issued = service.create_api_token(db_session=session, user=user, name=name)
     console.print(issued)
 
 
+@token_app.command("list")
+def list_tokens(
+    username: str = typer.Argument(None, help="Whose tokens; every account's when omitted."),
+) -> None:
+    """Show API tokens: id (for `mad users token revoke`), account, name, when made and last used."""
+    with database_session(load_settings()) as session:
+        user = service.get_user_by_name(db_session=session, username=username) if username else None
+        tokens = service.list_api_tokens(db_session=session, user=user)
+        table = Table("id", "account", "name", "created (UTC)", "last used (UTC)")
+        for token, owner in tokens:
+            used = f"{token.last_used_at:%Y-%m-%d %H:%M}" if token.last_used_at else "never"
+            table.add_row(str(token.id), owner, token.name, f"{token.created_at:%Y-%m-%d %H:%M}", used)
+    if not tokens:
+        console.print("No API tokens" + (f" of {username}." if username else "."))
+        return
+    console.print(table)
+
+
+@token_app.command("revoke")
+def revoke_token(
+    token_id: int = typer.Argument(..., help="The token's id, from `mad users token list`."),
+) -> None:
+    """Revoke one API token: it works no more, the account's other tokens go on working."""
+    with database_session(load_settings()) as session:
+        token = service.revoke_api_token(db_session=session, token_id=token_id)
+        owner = service.get_user(db_session=session, user_id=token.user_id).username
+        console.print(f"Revoked token {token_id} ({token.name}) of [bold]{owner}[/].")
+
+
 @users_app.command("password")
 def set_password(
     username: str = typer.Argument(..., help="Whose password."),
     password: str = typer.Option(None, help="At least 8 characters; asked for interactively when omitted."),
+    keep_tokens: bool = typer.Option(False, "--keep-tokens", help=KEEP_TOKENS_HELP),
 ) -> None:
-    """Set a new password for an admin or annotator (when they forgot theirs); tell it to them."""
+    """Set a new password for an admin or annotator (when they forgot theirs, or it leaked); tell it to
+    them. Their sessions end, and their API tokens are revoked unless --keep-tokens."""
     if password is None:
         password = typer.prompt("New password", hide_input=True, confirmation_prompt=True)
     with database_session(load_settings()) as session:
         user = service.get_user_by_name(db_session=session, username=username)
-        service.set_password(db_session=session, user=user, password=password)
-    console.print(f"New password set for [bold]{username}[/].")
+        revoked = 0 if keep_tokens else len(service.list_api_tokens(db_session=session, user=user))
+        service.set_password(db_session=session, user=user, password=password, keep_tokens=keep_tokens)
+    console.print(f"New password set for [bold]{username}[/]{_revoked(revoked)}.")
 
 
 @users_app.command("deactivate")
-def deactivate(username: str = typer.Argument(..., help="Whose account.")) -> None:
-    """Stop an account: it can no longer sign in, label or use its tokens, and the images it was labelling
-    go to others at once. `mad users reactivate` undoes it; its votes keep counting unless excluded."""
+def deactivate(
+    username: str = typer.Argument(..., help="Whose account."),
+    keep_tokens: bool = typer.Option(False, "--keep-tokens", help=KEEP_TOKENS_HELP),
+) -> None:
+    """Stop an account: it can no longer sign in or label, its API tokens are revoked (kept with
+    --keep-tokens, they work again once it is reactivated), and the images it was labelling go to others at
+    once. `mad users reactivate` undoes it; its votes keep counting unless excluded."""
     with database_session(load_settings()) as session:
         user = service.get_user_by_name(db_session=session, username=username)
-        deactivate_account(db_session=session, user=user)
-    console.print(f"Deactivated [bold]{username}[/].")
+        revoked = 0 if keep_tokens else len(service.list_api_tokens(db_session=session, user=user))
+        deactivate_account(db_session=session, user=user, keep_tokens=keep_tokens)
+    console.print(f"Deactivated [bold]{username}[/]{_revoked(revoked)}.")
 
 
 @users_app.command("reactivate")
@@ -100,6 +147,11 @@ def reactivate(username: str = typer.Argument(..., help="Whose account.")) -> No
         user = service.get_user_by_name(db_session=session, username=username)
         service.set_active(db_session=session, user=user, is_active=True)
     console.print(f"Reactivated [bold]{username}[/].")
+
+
+def _revoked(tokens: int) -> str:
+    """How many API tokens were revoked, as the end of a sentence ("" for none)."""
+    return f" and revoked their {tokens} API token{'s' if tokens != 1 else ''}" if tokens else ""
 
 
 @users_app.command("list")

@@ -4,7 +4,7 @@ import io
 from typing import Annotated
 
 import numpy as np
-from fastapi import APIRouter, File, Form, Query, UploadFile
+from fastapi import APIRouter, File, Form, Header, Query, UploadFile
 from fastapi.responses import StreamingResponse
 
 from app.classifiers.models import Classifier
@@ -120,7 +120,18 @@ def shard_images_archive(
     db_session: SessionDep,
     settings: SettingsDep,
     _worker: WorkerUser,
-    lease_token: Annotated[str, Query(min_length=1, max_length=64)],
+    x_lease_token: Annotated[
+        str | None, Header(min_length=1, max_length=64, description="The lease token of the job's claim.")
+    ] = None,
+    lease_token: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=64,
+            deprecated=True,
+            description="The lease token, as older workers send it (X-Lease-Token keeps it out of URLs).",
+        ),
+    ] = None,
     start: Annotated[
         int | None, Query(ge=0, description="First ordinal; the shard's start if omitted.")
     ] = None,
@@ -130,7 +141,10 @@ def shard_images_archive(
 ) -> StreamingResponse:
     """The images of ordinals [start, end) of the job's shard, for the worker holding its lease: a worker
     that cannot read the blob store itself asks for its images a batch at a time here, not one by one."""
-    job = service.leased_predict_job(db_session=db_session, job_id=job_id, lease_token=lease_token)
+    held = x_lease_token or lease_token
+    if held is None:
+        raise InvalidInput("send the job's lease token in the X-Lease-Token header")
+    job = service.leased_predict_job(db_session=db_session, job_id=job_id, lease_token=held)
     shard_start, shard_end = job.shard
     start = shard_start if start is None else start
     end = shard_end if end is None else end

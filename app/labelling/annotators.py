@@ -39,12 +39,12 @@ def lock_annotator(*, db_session: Session, user: User) -> None:
     db_session.refresh(user, with_for_update={"key_share": True})
 
 
-def deactivate(*, db_session: Session, user: User) -> None:
-    """Deactivate (pause) an account: it can no longer sign in, use its tokens or label, and its running
-    leases end at once so that others take those images. Its answers in flight land first and none after
-    (lock_annotator); its votes keep counting unless excluded."""
+def deactivate(*, db_session: Session, user: User, keep_tokens: bool = False) -> None:
+    """Deactivate (pause) an account: it can no longer sign in or label, its API tokens are revoked unless
+    keep_tokens, and its running leases end at once so that others take those images. Its answers in flight
+    land first and none after (lock_annotator); its votes keep counting unless excluded."""
     lock_annotator(db_session=db_session, user=user)
-    set_active(db_session=db_session, user=user, is_active=False)
+    set_active(db_session=db_session, user=user, is_active=False, keep_tokens=keep_tokens)
     now = utcnow()
     db_session.execute(
         update(Assignment)

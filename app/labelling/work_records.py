@@ -28,6 +28,9 @@ MAX_DAYS = 366
 """The longest span of days one request covers."""
 DEFAULT_DAYS = 31
 """The days covered when the first is not given: the month up to the last."""
+FIRST_DAY, LAST_DAY = date(1970, 1, 1), date(9999, 12, 30)
+"""The days a span may name: from the Unix epoch (no answer is older) to the last day whose end, midnight of
+the next, Python's dates can still hold."""
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,11 @@ class WorkRecord:
 
 
 def span(since: date | None, until: date | None) -> tuple[date, date]:
-    """The days asked for, defaults filled in: until today (UTC), since DEFAULT_DAYS days up to until."""
+    """The days asked for, defaults filled in: until today (UTC), since DEFAULT_DAYS days up to until;
+    InvalidInput for a day outside FIRST_DAY..LAST_DAY."""
+    for name, day in (("since", since), ("until", until)):
+        if day is not None and not FIRST_DAY <= day <= LAST_DAY:
+            raise InvalidInput(f"{name} ({day}) must be a day from {FIRST_DAY} to {LAST_DAY}")
     until = until or utcnow().date()
     return since or until - timedelta(days=DEFAULT_DAYS - 1), until
 

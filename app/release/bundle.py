@@ -34,6 +34,12 @@ from app.release.tables import (
 )
 from app.settings import Settings
 
+DEVELOPMENT_KEY_REFUSED = (
+    "MAD_SECRET_KEY is the public development key (or shorter than 32 characters): anyone could recompute "
+    "the annotators' pseudonyms from it. Release with the deployment's own MAD_SECRET_KEY, the one its "
+    "server runs with (pseudonyms stay the same across releases only under the same key)"
+)
+
 
 @dataclass(frozen=True)
 class Release:
@@ -62,7 +68,10 @@ def write_release(
     *, db_session: Session, competition: Competition, settings: Settings, out: Path, license_id: str
 ) -> Release:
     """Write the competition's release bundle to `out` (missing or empty): Parquet tables and README.md
-    (its YAML header names the license, a Hugging Face license id)."""
+    (its YAML header names the license, a Hugging Face license id). InvalidInput with the development
+    secret key: anyone could recompute the annotators' pseudonyms from it."""
+    if not settings.has_real_secret_key:
+        raise InvalidInput(DEVELOPMENT_KEY_REFUSED)
     refuse_unusable_destination(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))

@@ -74,19 +74,30 @@ def images_batches(source: ExportSource, schema: pa.Schema) -> Iterator[pa.Recor
     return rows_in_batches(source, schema, query, row)
 
 
-def pseudonym(secret_key: str, competition_id: int, user_id: int) -> str:
-    """An annotator's name in a release: HMAC-SHA256(secret key, "competition:user"), first 16 hex digits;
-    stable across releases of one competition, unlinkable across competitions without the key."""
+PSEUDONYM_KEY_LABEL = b"mad-arena/release-pseudonyms/v1"
+"""What the pseudonyms' key is derived for, so that it is no other use's key (the secret signs cookies)."""
+
+
+def pseudonym_key(secret_key: str) -> bytes:
+    """The key of release pseudonyms: HMAC-SHA256(MAD_SECRET_KEY, PSEUDONYM_KEY_LABEL), HKDF-Expand's
+    one-block output (RFC 5869) with the secret as its key; a pseudonym reveals nothing of the secret."""
+    return hmac.new(secret_key.encode(), PSEUDONYM_KEY_LABEL + b"\x01", hashlib.sha256).digest()
+
+
+def pseudonym(key: bytes, competition_id: int, user_id: int) -> str:
+    """An annotator's name in a release: HMAC-SHA256(pseudonym key, "competition:user"), first 16 hex
+    digits; stable across releases of one competition under one secret, unlinkable across competitions and
+    irreversible without it."""
     message = f"{competition_id}:{user_id}".encode()
-    return hmac.new(secret_key.encode(), message, hashlib.sha256).hexdigest()[:16]
+    return hmac.new(key, message, hashlib.sha256).hexdigest()[:16]
 
 
 def pseudonymised_votes(batches: Iterator[pa.RecordBatch], source: ExportSource) -> Iterator[pa.RecordBatch]:
     """The votes export with its user_id column replaced by the annotator's pseudonym."""
+    key = pseudonym_key(source.settings.secret_key)
     for batch in batches:
         names = [
-            pseudonym(source.settings.secret_key, source.competition.id, user_id)
-            for user_id in batch.column("user_id").to_pylist()
+            pseudonym(key, source.competition.id, user_id) for user_id in batch.column("user_id").to_pylist()
         ]
         index = batch.schema.get_field_index("user_id")
         yield batch.drop_columns(["user_id"]).add_column(index, "annotator", pa.array(names, pa.string()))

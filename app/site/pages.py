@@ -18,8 +18,8 @@ from app.security import new_csrf_token
 from app.users import invitations, rate_limit
 from app.users import service as users_service
 from app.users.auth import ANNOTATOR_ROLES, SESSION_GENERATION, OptionalUser, check_csrf, page_user
-from app.users.models import Role
-from app.users.service import MIN_PASSWORD_LENGTH
+from app.users.models import Role, username_key
+from app.users.service import MAX_USERNAME_LENGTH, MIN_PASSWORD_LENGTH
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
@@ -68,7 +68,8 @@ async def login(
     """
     limits = request.app.state.login_limits
     address = request.client.host if request.client else ""
-    where = dict(limits=limits, address=address, username=username)
+    named = username_key(username[:MAX_USERNAME_LENGTH])  # failures count per account, in any case or form
+    where = dict(limits=limits, address=address, username=named)
     wait_s = await steps.run(lambda db: rate_limit.retry_after(db_session=db, now=utcnow(), **where))
     if wait_s:
         error = f"Too many failed sign-ins. Try again in {wait_s} seconds."
@@ -90,7 +91,7 @@ async def login(
             error="Wrong username or password.",
             username=username,
         )
-    await steps.run(lambda db: rate_limit.forget(db_session=db, address=address, username=username))
+    await steps.run(lambda db: rate_limit.forget(db_session=db, address=address, username=named))
     request.session.clear()
     request.session.update(
         {"user_id": account.id, SESSION_GENERATION: account.session_generation, "csrf": new_csrf_token()}
@@ -102,12 +103,14 @@ async def login(
 
 
 @router.get("/account", response_class=HTMLResponse)
-def account_page(request: Request, user: OptionalUser):
-    """The signed-in person's account: who they are, and a form to change their password."""
+def account_page(request: Request, db_session: SessionDep, user: OptionalUser):
+    """The signed-in person's account: who they are, and a form to change their password (keeping their API
+    tokens, when they have some, only if they say so)."""
     account = page_user(request, user, Role.admin, Role.annotator)
     if isinstance(account, RedirectResponse):
         return account
-    return render(request, "account.html", user=account)
+    tokens = len(users_service.list_api_tokens(db_session=db_session, user=account))
+    return render(request, "account.html", user=account, tokens=tokens)
 
 
 @router.post("/logout", dependencies=[Depends(check_csrf)])
@@ -154,8 +157,9 @@ def accept_invitation(
 
 
 def _form(request: Request, role: Role, username: str, error: str | None, status_code: int = 200):
-    """The invitation form, with an error to fix when there is one."""
-    return render(
+    """The invitation form, with an error to fix when there is one. Its address holds the link's token, so
+    its requests (styles, scripts, the form) send no Referer for a proxy's log to keep."""
+    page = render(
         request,
         "invitation.html",
         status_code=status_code,
@@ -164,6 +168,8 @@ def _form(request: Request, role: Role, username: str, error: str | None, status
         error=error,
         min_length=MIN_PASSWORD_LENGTH,
     )
+    page.headers["Referrer-Policy"] = "no-referrer"
+    return page
 
 
 def _safe_next(target: str) -> str:

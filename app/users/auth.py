@@ -36,7 +36,9 @@ class HasRole(Protocol):
 
 UserWithRole = TypeVar("UserWithRole", bound=HasRole)
 
-bearer_scheme = HTTPBearer(auto_error=False, description="An API token made with `mad users token USERNAME`.")
+bearer_scheme = HTTPBearer(
+    auto_error=False, description="An API token made with `mad users token add USERNAME`."
+)
 
 
 async def check_csrf(request: Request) -> None:

@@ -1,7 +1,6 @@
 """Invitations: one-time links, expiring, with which a person makes their own account (username and
 password); only the SHA-256 of a link's token is stored."""
 
-import re
 import secrets
 from datetime import timedelta
 from typing import cast
@@ -10,11 +9,10 @@ from sqlalchemy import CursorResult, select, update
 from sqlalchemy.orm import Session
 
 from app.db.base import utcnow
-from app.errors import Conflict, InvalidInput, NotFound
+from app.errors import InvalidInput, NotFound
 from app.security import hash_api_token
 from app.users.models import Invitation, Role, User
-from app.users.schemas import USERNAME_PATTERN
-from app.users.service import MIN_PASSWORD_LENGTH, create_user
+from app.users.service import MIN_PASSWORD_LENGTH, check_username, create_user
 
 INVITATION_PATH = "/invitations/{token}"
 MAX_VALID_HOURS = 30 * 24
@@ -84,27 +82,29 @@ def accept_invitation(*, db_session: Session, token: str, username: str, passwor
     """Make the invited person's account with their username and password and use the invitation up.
 
     The invitation is claimed by one conditional UPDATE (unused and unexpired), so two uses of one link at
-    once make one account: the second waits for the first's row lock and then finds it used.
+    once make one account: the second waits for the first's row lock and then finds it used. Claim and
+    account are one savepoint: when the username turns out taken (by an account made at the same moment
+    with another link, create_user's Conflict) the link stays unused for another try.
     """
-    if not re.fullmatch(USERNAME_PATTERN, username):
-        raise InvalidInput("a username is 1 to 64 letters, digits or _ . @ -")
+    check_username(username)
     if len(password) < MIN_PASSWORD_LENGTH:
         raise InvalidInput(f"a password of at least {MIN_PASSWORD_LENGTH} characters is required")
-    if db_session.scalar(select(User.id).where(User.username == username)) is not None:
-        raise Conflict(f"the username {username!r} is taken: choose another")
     invitation = open_invitation(db_session=db_session, token=token)
     now = utcnow()
-    claimed = cast(
-        CursorResult,
-        db_session.execute(
-            update(Invitation)
-            .where(Invitation.id == invitation.id, Invitation.used_at.is_(None), Invitation.expires_at > now)
-            .values(used_at=now)
-        ),
-    )
-    if claimed.rowcount != 1:
-        raise NotFound(GONE)
-    user = create_user(db_session=db_session, username=username, role=invitation.role, password=password)
-    invitation.user_id = user.id
-    db_session.flush()
+    with db_session.begin_nested():
+        claimed = cast(
+            CursorResult,
+            db_session.execute(
+                update(Invitation)
+                .where(
+                    Invitation.id == invitation.id, Invitation.used_at.is_(None), Invitation.expires_at > now
+                )
+                .values(used_at=now)
+            ),
+        )
+        if claimed.rowcount != 1:
+            raise NotFound(GONE)
+        user = create_user(db_session=db_session, username=username, role=invitation.role, password=password)
+        invitation.user_id = user.id
+        db_session.flush()
     return user

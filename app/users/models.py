@@ -1,10 +1,11 @@
 """Accounts: admins, annotators and workers, and their API tokens."""
 
+import unicodedata
 from datetime import datetime
 from enum import StrEnum
 
 from sqlalchemy import ForeignKey, Index, String
-from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy.orm import Mapped, mapped_column, validates
 
 from app.db.base import Base, str_enum, utcnow
 
@@ -17,6 +18,12 @@ class Role(StrEnum):
     worker = "worker"
 
 
+def username_key(username: str) -> str:
+    """What makes two usernames one: the name NFKC-normalised, then case-folded (Unicode's compatibility
+    caseless matching, UAX #15 and the Unicode Standard §3.13): `Admin`, `ADMIN` and `Ａdmin` are `admin`."""
+    return unicodedata.normalize("NFKC", username).casefold()
+
+
 class User(Base):
     """A person or a worker process that signs in."""
 
@@ -24,6 +31,10 @@ class User(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     username: Mapped[str] = mapped_column(String(64), unique=True)
+    username_key: Mapped[str] = mapped_column(String(255), unique=True, index=True)
+    """username_key(username), set with the username: its unique index keeps two accounts from names that
+    differ only in case or Unicode form, even when both are made at once. Case folding can lengthen a name
+    (ß is ss), hence its room."""
     role: Mapped[Role] = mapped_column(str_enum(Role))
     password_hash: Mapped[str | None] = mapped_column(String(255))
     is_active: Mapped[bool] = mapped_column(default=True)
@@ -32,6 +43,12 @@ class User(Base):
     """Sign-in cookies carry the generation they were issued in; raising it ends every session of the user
     (sign-out, deactivation, a new password)."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    @validates("username")
+    def _set_username_key(self, _field: str, username: str) -> str:
+        """Keep username_key with the username."""
+        self.username_key = username_key(username)
+        return username
 
 
 class ApiToken(Base):

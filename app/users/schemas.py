@@ -17,17 +17,22 @@ class UserCreate(BaseModel):
     password: str | None = Field(default=None, min_length=8, max_length=200)
 
 
+KEEP_TOKENS = "Keep the account's API tokens working; by default they are revoked."
+
+
 class UserUpdate(BaseModel):
     """Pause or resume an account, or exclude its votes from every outcome."""
 
     is_active: bool | None = None
     votes_excluded: bool | None = None
+    keep_tokens: bool = Field(default=False, description=f"With is_active false: {KEEP_TOKENS}")
 
 
 class PasswordSet(BaseModel):
     """A new password for an account, set by an admin (tell it to its owner)."""
 
     password: str = Field(min_length=8, max_length=200)
+    keep_tokens: bool = Field(default=False, description=KEEP_TOKENS)
 
 
 class PasswordChange(BaseModel):
@@ -35,6 +40,7 @@ class PasswordChange(BaseModel):
 
     current_password: str = Field(max_length=200)
     new_password: str = Field(min_length=8, max_length=200)
+    keep_tokens: bool = Field(default=False, description=KEEP_TOKENS)
 
 
 class UserRead(BaseModel):
@@ -62,6 +68,18 @@ class TokenCreated(BaseModel):
     user_id: int
     name: str
     token: str
+
+
+class TokenRead(BaseModel):
+    """An API token as listed: whose, its name, when made and last used (to the minute); never the token,
+    of which only a hash is stored."""
+
+    id: int
+    user_id: int
+    username: str
+    name: str
+    created_at: datetime
+    last_used_at: datetime | None
 
 
 class InvitationCreate(BaseModel):

@@ -1,32 +1,82 @@
-"""Accounts and API tokens: create, sign in, set passwords, deactivate; ending an account's sessions."""
+"""Accounts and API tokens: create, sign in, set passwords, deactivate; ending an account's sessions and
+tokens.
+
+Usernames are one without regard to case and Unicode form (User.username_key, unique in the database), and
+the names the service uses itself (RESERVED_USERNAMES) cannot be taken.
+"""
 
 import os
+import re
 import socket
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import cast
 
-from sqlalchemy import bindparam, delete, func, select, update
+from sqlalchemy import CursorResult, bindparam, delete, func, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.db.base import utcnow
 from app.errors import Conflict, InvalidInput, NotFound
 from app.security import hash_api_token, hash_password, new_api_token, verify_password
-from app.users.models import ApiToken, Role, User
+from app.users.models import ApiToken, Role, User, username_key
+from app.users.schemas import USERNAME_PATTERN
 
 MIN_PASSWORD_LENGTH = 8
+MAX_USERNAME_LENGTH = 64
 TOKEN_USE_RESOLUTION = timedelta(minutes=1)
+LOCAL_WORKER = "local-worker"
+LOCAL_WORKER_TOKEN_NAME = "embedded"
+RESERVED_USERNAMES = frozenset({LOCAL_WORKER})
+"""Names the service gives its own accounts: `mad worker` and `mad demo` run as LOCAL_WORKER on the server's
+machine (local_worker_token)."""
+
+
+def check_username(username: str) -> None:
+    """InvalidInput unless the username is 1 to 64 of the characters USERNAME_PATTERN allows and not one the
+    service keeps for itself."""
+    if not re.fullmatch(USERNAME_PATTERN, username):
+        raise InvalidInput("a username is 1 to 64 letters, digits or _ . @ -")
+    if username_key(username) in RESERVED_USERNAMES:
+        raise InvalidInput(
+            f"the username {username!r} is reserved for the service's own worker: choose another"
+        )
 
 
 def create_user(*, db_session: Session, username: str, role: Role, password: str | None) -> User:
-    """Add an account; people need a password of 8+ characters, workers sign in with tokens only."""
-    if db_session.scalar(select(User.id).where(User.username == username)) is not None:
-        raise Conflict(f"a user named {username!r} already exists")
+    """Add an account under a free, unreserved username; people need a password of 8+ characters, workers
+    sign in with tokens only."""
+    check_username(username)
+    return _add_user(db_session, username, role, password)
+
+
+def _add_user(db_session: Session, username: str, role: Role, password: str | None) -> User:
+    """Add the account, or Conflict when its name is taken, also by an account made at the same time: the
+    unique username_key breaks the insert, in a savepoint so that the caller's transaction goes on."""
+    taken = db_session.scalar(select(User.username).where(User.username_key == username_key(username)))
+    if taken is not None:
+        raise Conflict(_taken(username, taken))
     if role != Role.worker and (password is None or len(password) < MIN_PASSWORD_LENGTH):
         raise InvalidInput(f"a password of at least {MIN_PASSWORD_LENGTH} characters is required")
     user = User(username=username, role=role, password_hash=hash_password(password) if password else None)
-    db_session.add(user)
-    db_session.flush()
+    try:
+        with db_session.begin_nested():
+            db_session.add(user)
+    except IntegrityError:
+        raise Conflict(_taken(username, None)) from None
     return user
+
+
+def _taken(username: str, by: str | None) -> str:
+    """Why a username cannot be had: an account has it (`by`, None for one made at the same moment), or a
+    name that differs from it only in case or Unicode form."""
+    if by is None:
+        why = "an account was made with it just now"
+    elif by == username:
+        why = "an account has it"
+    else:
+        why = f"{by!r} has it, and names that differ only in case or Unicode form are one"
+    return f"the username {username!r} is taken ({why}): choose another"
 
 
 def get_user(*, db_session: Session, user_id: int) -> User:
@@ -38,8 +88,8 @@ def get_user(*, db_session: Session, user_id: int) -> User:
 
 
 def get_user_by_name(*, db_session: Session, username: str) -> User:
-    """The user with this username, or NotFound."""
-    user = db_session.scalar(select(User).where(User.username == username))
+    """The user with this username (in any case or Unicode form), or NotFound."""
+    user = db_session.scalar(select(User).where(User.username_key == username_key(username)))
     if user is None:
         raise NotFound(f"no user named {username!r}")
     return user
@@ -62,8 +112,10 @@ class SignInAccount:
 
 
 def sign_in_account(*, db_session: Session, username: str) -> SignInAccount | None:
-    """The active account of this username, else None."""
-    user = db_session.scalar(select(User).where(User.username == username, User.is_active))
+    """The active account of this username (in any case or Unicode form), else None."""
+    if len(username) > MAX_USERNAME_LENGTH:
+        return None
+    user = db_session.scalar(select(User).where(User.username_key == username_key(username), User.is_active))
     if user is None:
         return None
     return SignInAccount(user.id, user.role, user.password_hash, user.session_generation)
@@ -131,10 +183,6 @@ def record_token_use(*, db_session: Session, token_id: int, last_used_at: dateti
         db_session.execute(_RECORD_TOKEN_USE, {"token_id": token_id, "now": now})
 
 
-LOCAL_WORKER = "local-worker"
-LOCAL_WORKER_TOKEN_NAME = "embedded"
-
-
 def local_worker_token(*, db_session: Session) -> str:
     """A new token of this machine's worker account (made on first use), named after this process.
 
@@ -143,7 +191,7 @@ def local_worker_token(*, db_session: Session) -> str:
     """
     user = db_session.scalar(select(User).where(User.username == LOCAL_WORKER))
     if user is None:
-        user = create_user(db_session=db_session, username=LOCAL_WORKER, role=Role.worker, password=None)
+        user = _add_user(db_session, LOCAL_WORKER, Role.worker, None)
     db_session.execute(
         delete(ApiToken).where(
             ApiToken.user_id == user.id,
@@ -154,33 +202,70 @@ def local_worker_token(*, db_session: Session) -> str:
     return create_api_token(db_session=db_session, user=user, name=name)
 
 
-def set_password(*, db_session: Session, user: User, password: str) -> User:
+def set_password(*, db_session: Session, user: User, password: str, keep_tokens: bool = False) -> User:
     """Give a person's account a new password of 8+ characters (workers sign in with tokens only); every
-    session of the account ends."""
+    session of the account ends, and its API tokens too unless keep_tokens (a password changed because it
+    leaked must not leave a token made with it working)."""
     if user.role == Role.worker:
         raise InvalidInput(f"{user.username} is a worker account: workers use API tokens, not passwords")
     if len(password) < MIN_PASSWORD_LENGTH:
         raise InvalidInput(f"a password of at least {MIN_PASSWORD_LENGTH} characters is required")
     user.password_hash = hash_password(password)
     end_sessions(db_session=db_session, user=user)
+    if not keep_tokens:
+        revoke_api_tokens(db_session=db_session, user=user)
     db_session.flush()
     return user
 
 
-def change_own_password(*, db_session: Session, user: User, current_password: str, new_password: str) -> User:
+def change_own_password(
+    *, db_session: Session, user: User, current_password: str, new_password: str, keep_tokens: bool = False
+) -> User:
     """Replace the caller's password after checking the current one (so a borrowed session cannot)."""
     if not verify_password(user.password_hash, current_password):
         raise InvalidInput("the current password is wrong")
-    return set_password(db_session=db_session, user=user, password=new_password)
+    return set_password(db_session=db_session, user=user, password=new_password, keep_tokens=keep_tokens)
 
 
-def set_active(*, db_session: Session, user: User, is_active: bool) -> User:
-    """Deactivate (False) or reactivate (True) an account; a deactivated one cannot sign in or use its
-    tokens, and its sessions end (reactivating does not bring them back; an annotator is deactivated by
+def set_active(*, db_session: Session, user: User, is_active: bool, keep_tokens: bool = False) -> User:
+    """Deactivate (False) or reactivate (True) an account; a deactivated one cannot sign in, and its
+    sessions end and its API tokens are revoked unless keep_tokens (kept, they work again once it is
+    reactivated; reactivating brings no session back). An annotator is deactivated by
     app.labelling.annotators.deactivate, which also waits for their answers in flight and ends their
-    leases)."""
+    leases."""
     user.is_active = is_active
     if not is_active:
         end_sessions(db_session=db_session, user=user)
+        if not keep_tokens:
+            revoke_api_tokens(db_session=db_session, user=user)
     db_session.flush()
     return user
+
+
+def list_api_tokens(*, db_session: Session, user: User | None = None) -> list[tuple[ApiToken, str]]:
+    """API tokens with their accounts' usernames, of one account or of all, oldest first (their names,
+    when made and last used: only a token's hash is stored)."""
+    query = select(ApiToken, User.username).join(User, User.id == ApiToken.user_id).order_by(ApiToken.id)
+    if user is not None:
+        query = query.where(ApiToken.user_id == user.id)
+    return [(token, username) for token, username in db_session.execute(query)]
+
+
+def revoke_api_token(*, db_session: Session, token_id: int, user: User | None = None) -> ApiToken:
+    """Revoke one token (of this account, when given): it works no more. NotFound for no such token."""
+    query = select(ApiToken).where(ApiToken.id == token_id)
+    if user is not None:
+        query = query.where(ApiToken.user_id == user.id)
+    token = db_session.scalar(query)
+    if token is None:
+        owner = f" of {user.username}" if user is not None else ""
+        raise NotFound(f"no API token{owner} with id {token_id}")
+    db_session.delete(token)
+    db_session.flush()
+    return token
+
+
+def revoke_api_tokens(*, db_session: Session, user: User) -> int:
+    """Revoke every token of the account; how many there were."""
+    deleted = cast(CursorResult, db_session.execute(delete(ApiToken).where(ApiToken.user_id == user.id)))
+    return deleted.rowcount

@@ -15,7 +15,7 @@ from app.jobs.models import Job
 from app.labelling.models import LabelItem, PairImage, PairImageRole, Question
 from app.users import service as users_service
 from app.users.models import Role
-from tests.conftest import TEST_PASSWORD
+from tests.conftest import TEST_PASSWORD, bearer
 from tests.leaderboard.scenario import (
     DIGITS,
     annotators,
@@ -237,6 +237,8 @@ def test_an_admin_sets_a_password_and_a_user_changes_their_own(
     assert client.put(url, json={"password": "short"}, headers=admin_headers).status_code == 422
     assert client.put(url, json={"password": "forgotten-no-more"}, headers=admin_headers).status_code == 200
     assert signs_in("forgotten-no-more") and not signs_in(TEST_PASSWORD)
+    assert client.get("/api/v1/me", headers=annotator_headers).status_code == 401  # the reset revoked it
+    annotator_headers = bearer(db_session, annotator)
     worker = users_service.create_user(db_session=db_session, username="gpu", role=Role.worker, password=None)
     refused = client.put(
         f"/api/v1/users/{worker.id}/password", json={"password": "x" * 12}, headers=admin_headers

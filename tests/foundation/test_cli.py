@@ -78,7 +78,7 @@ def test_users_add_prompts_for_a_password_and_can_issue_a_token(cli_env):
     (user,) = query(cli_env["MAD_DATABASE_URL"], select(User))
     assert user[0].username == "alice" and user[0].password_hash.startswith("$argon2id$")
     again = invoke(cli_env, "users", "add", "alice", "--password", "whatever12")
-    assert again.exit_code == 1 and "already exists" in again.output
+    assert again.exit_code == 1 and "is taken" in again.output
 
 
 def test_users_password_deactivate_and_reactivate(cli_env):

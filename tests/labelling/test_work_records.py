@@ -195,6 +195,26 @@ def test_the_admin_page_shows_the_records_and_links_the_csv(client, worked, admi
     assert client.get("/admin/work-records", params={"competition_id": 99_999}).status_code == 404
 
 
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"until": "9999-12-31"},
+        {"until": "0001-01-01"},
+        {"since": "0001-01-01", "until": "0001-01-02"},
+        {"since": "9999-12-31", "until": "9999-12-31"},
+    ],
+)
+def test_days_at_the_ends_of_the_calendar_are_refused_with_a_message(client, admin, admin_headers, params):
+    response = client.get("/api/v1/work-records", params=params, headers=admin_headers)
+    assert response.status_code == 422 and "must be a day from 1970-01-01 to 9999-12-30" in response.text
+    assert response.json()["code"] == "invalid"
+    page = client.get("/login").text
+    csrf = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)
+    client.post("/login", data={"username": admin.username, "password": TEST_PASSWORD, "csrf_token": csrf})
+    shown = client.get("/admin/work-records", params=params, headers={"Accept": "text/html"})
+    assert shown.status_code == 422 and "must be a day from 1970-01-01 to 9999-12-30" in shown.text
+
+
 def test_active_time_comes_from_the_servers_clock_not_the_clients_claim(client, db_session, competition):
     """Issue 25, item 3: fourteen answers sent as fast as the client can, each claiming a minute, are credited
     no more time than passed."""

@@ -1,6 +1,9 @@
 """The release bundle: the leaderboard is rebuilt from its tables alone, the card says what is inside, the
 annotators are pseudonymised, and a destination that is not empty is refused with nothing written."""
 
+import hashlib
+import hmac
+
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -15,7 +18,9 @@ from app.leaderboard.agreement import competition_quality
 from app.leaderboard.snapshots import freeze_leaderboard
 from app.leaderboard.standings import compute_leaderboard
 from app.release.bundle import write_release
-from app.release.tables import pseudonym
+from app.release.tables import pseudonym, pseudonym_key
+from app.settings import DEVELOPMENT_SECRET_KEY
+from tests.conftest import TEST_SECRET_KEY
 from tests.leaderboard.scenario import DIGITS
 
 TABLES = (
@@ -103,9 +108,39 @@ def test_release_votes_name_annotators_only_by_pseudonym(db_session, settings, v
     votes = pq.read_table(bundle / "votes.parquet")
     assert "user_id" not in votes.column_names
     voters = {vote.user_id for vote in db_session.query(Vote)}
-    names = {pseudonym(settings.secret_key, voted.competition.id, user_id) for user_id in voters}
+    key = pseudonym_key(settings.secret_key)
+    names = {pseudonym(key, voted.competition.id, user_id) for user_id in voters}
     assert set(votes.column("annotator").to_pylist()) == names and len(names) == len(voters) == 3
     assert votes.num_rows == db_session.query(Vote).count()
+
+
+def test_release_pseudonyms_are_stable_under_one_secret_and_not_under_the_cookie_key(
+    db_session, settings, voted, tmp_path
+):
+    def annotators(bundle_settings, name):
+        bundle = release(db_session, bundle_settings, voted, tmp_path / name).path
+        return pq.read_table(bundle / "votes.parquet").column("annotator").to_pylist()
+
+    first, second = annotators(settings, "first"), annotators(settings, "second")
+    assert first == second
+    other_secret = settings.model_copy(update={"secret_key": "another-deployment-secret-" + "y" * 32})
+    assert set(annotators(other_secret, "other")).isdisjoint(first)
+    voters = {vote.user_id for vote in db_session.query(Vote)}
+    cookie_keyed = {  # what a release under the secret itself (the cookies' key) would have named them
+        hmac.new(
+            settings.secret_key.encode(), f"{voted.competition.id}:{user}".encode(), hashlib.sha256
+        ).hexdigest()[:16]
+        for user in voters
+    }
+    assert cookie_keyed.isdisjoint(first)
+
+
+@pytest.mark.parametrize("secret_key", [DEVELOPMENT_SECRET_KEY, "short-secret"])
+def test_release_refuses_the_development_key(db_session, settings, voted, tmp_path, secret_key):
+    public = settings.model_copy(update={"secret_key": secret_key})
+    with pytest.raises(InvalidInput, match="public development key"):
+        release(db_session, public, voted, tmp_path / "bundle")
+    assert not (tmp_path / "bundle").exists()
 
 
 def test_release_refuses_a_destination_that_is_not_empty(db_session, settings, voted, tmp_path):
@@ -129,6 +164,7 @@ def test_release_command_writes_a_bundle_and_refuses_to_overwrite_it(tmp_path, f
         "MAD_DATABASE_URL": fresh_database_url,
         "MAD_DATA_DIR": str(tmp_path / "data"),
         "MAD_ENV": "development",
+        "MAD_SECRET_KEY": DEVELOPMENT_SECRET_KEY,
     }
     taxonomy = tmp_path / "digits.yaml"
     taxonomy.write_text(DIGITS)
@@ -136,6 +172,10 @@ def test_release_command_writes_a_bundle_and_refuses_to_overwrite_it(tmp_path, f
     created = runner.invoke(cli, ["competitions", "create", "digits", "--taxonomy", str(taxonomy)], env=env)
     assert created.exit_code == 0, created.output
     out = tmp_path / "release"
+    development = runner.invoke(cli, ["release", "-c", "digits", "--out", str(out)], env=env)
+    assert development.exit_code == 1 and "public development key" in development.output
+    assert "MAD_SECRET_KEY" in development.output and not out.exists()
+    env["MAD_SECRET_KEY"] = TEST_SECRET_KEY
     first = runner.invoke(cli, ["release", "-c", "digits", "--out", str(out)], env=env)
     assert first.exit_code == 0, first.output
     assert "Wrote the release of digits" in first.output and (out / "README.md").is_file()

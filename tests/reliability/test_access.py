@@ -50,6 +50,8 @@ ROUTES = {
     ("POST", "/api/v1/users"): ADMIN,
     ("PATCH", "/api/v1/users/{user_id}"): ADMIN,
     ("POST", "/api/v1/users/{user_id}/tokens"): ADMIN,
+    ("GET", "/api/v1/users/{user_id}/tokens"): ADMIN,
+    ("DELETE", "/api/v1/users/{user_id}/tokens/{token_id}"): ADMIN,
     ("POST", "/api/v1/invitations"): ADMIN,
     ("GET", "/api/v1/invitations"): ADMIN,
     ("GET", "/api/v1/work-records"): ADMIN,
@@ -187,6 +189,7 @@ def sample_path(template: str, world: World) -> str:
         "job_id": world.failed_job_id,
         "token": "no-such-invitation",
         "flag_id": 1,
+        "token_id": 999_999,  # no such token: revoking a real one would sign a role of the world out
     }
     return re.sub(r"{(\w+)}", lambda match: str(values[match.group(1)]), template)
 
