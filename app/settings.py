@@ -72,7 +72,7 @@ class Settings(BaseSettings):
     thumbnail_size: int = Field(default=320, ge=32, le=2048, description="Longest thumbnail side in pixels.")
     import_allowed_hosts: Annotated[list[str], NoDecode] = Field(
         default=[],
-        description="Comma-separated host names and addresses or networks (10.0.0.0/8) that manifest URLs may "
+        description="Comma-separated host names, addresses and networks (10.0.0.0/8) that manifest URLs may "
         "reach although they are loopback, private, link-local or otherwise not public (refused by default).",
     )
     import_url_deadline_s: float = Field(
@@ -112,7 +112,9 @@ class Settings(BaseSettings):
     @classmethod
     def _split_hosts(cls, value: object) -> object:
         """A comma-separated string becomes its non-empty items."""
-        return [item.strip() for item in value.split(",") if item.strip()] if isinstance(value, str) else value
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        return value
 
     @field_validator("storage_url")
     @classmethod

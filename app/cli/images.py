@@ -147,10 +147,10 @@ def import_images(
         TimeRemainingColumn(),
     )
     with (
+        checking_processes(processes) as checker,  # first: forked before any thread starts
         _import_source(source, settings) as (entries, total),
         database_session(settings) as session,
         ThreadPoolExecutor(threads) as executor,
-        checking_processes(processes) as checker,
         Progress(*columns, console=console, transient=True) as progress,
     ):
         target = get_competition_by_name(db_session=session, name=competition)

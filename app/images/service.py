@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 import numpy as np
-from sqlalchemy import func, select
+from sqlalchemy import func, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -26,10 +26,15 @@ from app.images.models import CompetitionImage, Image
 from app.images.sources import Candidate, ImportEntry, ImportItem, Pending, Rejected, read_entry
 from app.images.store import ImageStore
 
-IMPORT_BATCH_SIZE = 256
+IMPORT_BATCH_SIZE = 32
+"""Files hashed, looked up, checked, written and committed together: checking starts once a few are read."""
 IMPORT_BATCH_BYTES = 64 * 1024 * 1024
-"""A batch also ends once its files hold this many bytes: an import holds two batches of files at a time
-(one being checked while the next is read)."""
+"""A batch also ends once its files hold this many bytes, and batches waiting for their checks are written
+once they hold more: an import holds at most about twice this in files."""
+BATCHES_AHEAD = 8
+"""Batches whose checks run while the oldest is written (the checkers' work while this thread writes)."""
+URI_WINDOW = 256
+"""Pending files looked up by uri at a time (skip_imported)."""
 CHECK_CHUNK = 8
 """Files per check task: few enough that the checking processes end a batch together, enough that handing
 files to a process costs little beside decoding them."""
@@ -160,6 +165,13 @@ class PreparedBatch:
     checks: list[Future]
     image_ids: dict[str, int]
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the files this batch holds."""
+        return sum(len(candidate.data) for candidate, _ in self.firsts) + sum(
+            len(candidate.data) for candidate, _, _ in self.copies
+        )
+
 
 def prepare_batch(
     *,
@@ -241,16 +253,16 @@ def store_batch(
             )
         )
     )
+    links = []
     for candidate, sha256 in accepted:
         if image_ids[sha256] in linked:
             report.duplicates.append((candidate.name, "already in this competition"))
             continue
-        db_session.add(
-            CompetitionImage(competition_id=competition.id, image_id=image_ids[sha256], ordinal=next_ordinal)
-        )
-        next_ordinal += 1
+        ordinal = next_ordinal + len(links)
+        links.append({"competition_id": competition.id, "image_id": image_ids[sha256], "ordinal": ordinal})
         report.added.append((candidate.name, sha256))
-    db_session.flush()
+    if links:
+        db_session.execute(insert(CompetitionImage), links)
 
 
 def _image_ids(db_session: Session, hashes: set[str]) -> dict[str, int]:
@@ -315,14 +327,13 @@ def _add_images(
 def _insert_missing_images(db_session: Session, rows: list[dict]) -> dict[str, int]:
     """INSERT ... ON CONFLICT (sha256) DO NOTHING: the hash and id of each row inserted; a hash another
     transaction holds uncommitted waits for it (Postgres; SQLite has one writer) and is then skipped."""
-    insert = postgresql.insert if db_session.get_bind().dialect.name == "postgresql" else sqlite.insert
+    dialect = postgresql if db_session.get_bind().dialect.name == "postgresql" else sqlite
     statement = (
-        insert(Image)
-        .values(rows)
+        dialect.insert(Image)
         .on_conflict_do_nothing(index_elements=[Image.sha256])
         .returning(Image.sha256, Image.id)
     )
-    return dict(db_session.execute(statement).all())
+    return dict(db_session.execute(statement, rows).all())  # many rows, one statement compiled once
 
 
 def _lock_next_ordinal(*, db_session: Session, competition: Competition) -> int:
@@ -350,27 +361,29 @@ def import_entries(
     """Import every entry in batches: the executor's threads read, hash and store files, the checker
     (processes in the CLI; the executor by default) decodes them, and this thread alone writes the database.
 
-    Batch n + 1 is read and its checks start before batch n is written, so checking never waits for the
-    database. With commit_batches, each batch is committed on its own and no transaction stays open while
-    files are read, downloaded or checked (SQLite's write lock is held only to write); otherwise the
-    caller's one transaction holds the import. on_batch runs after each batch is written (the CLI moves its
-    bar). If the import fails, the files of the rows inserted since the last commit are removed before the
-    error reaches the caller, whose rollback removes the rows: no file is left without its row. Pending
-    files are read `ahead` at a time; the added images' near-duplicates are reported at the end.
+    Up to BATCHES_AHEAD batches are read and being checked while the oldest is written, so checking does
+    not wait for the database or the store. With commit_batches, each batch is committed on its own and no
+    transaction stays open while files are read, downloaded or checked (SQLite's write lock is held only to
+    write); otherwise the caller's one transaction holds the import. on_batch runs after each batch is
+    written (the CLI moves its bar). If the import fails, the files of the rows inserted since the last
+    commit are removed before the error reaches the caller, whose rollback removes the rows: no file is
+    left without its row. Pending files are read `ahead` at a time; the added images' near-duplicates are
+    reported at the end.
     """
     report = ImportReport()
     checker = checker or executor
+    queued: deque[PreparedBatch] = deque()
 
     def end_reads() -> None:
         if commit_batches:
             db_session.commit()
 
-    def write(batch: PreparedBatch) -> None:
+    def write_oldest() -> None:
         store_batch(
             db_session=db_session,
             store=store,
             competition=competition,
-            batch=batch,
+            batch=queued.popleft(),
             executor=executor,
             report=report,
         )
@@ -380,29 +393,28 @@ def import_entries(
         if on_batch is not None:
             on_batch(report)
 
-    waiting: PreparedBatch | None = None
     end_reads()
     try:
-        for window in batched(entries, IMPORT_BATCH_SIZE, IMPORT_BATCH_BYTES):
+        for window in batched(entries, URI_WINDOW, IMPORT_BATCH_BYTES):
             todo = skip_imported(db_session, competition, window, report)
             end_reads()
-            for entries_read in batched(
-                read_ahead(todo, executor, ahead), IMPORT_BATCH_SIZE, IMPORT_BATCH_BYTES
-            ):
-                prepared = prepare_batch(
-                    db_session=db_session,
-                    entries=entries_read,
-                    limits=limits,
-                    executor=executor,
-                    checker=checker,
-                    report=report,
+            read = read_ahead(todo, executor, ahead)
+            for entries_read in batched(read, IMPORT_BATCH_SIZE, IMPORT_BATCH_BYTES):
+                queued.append(
+                    prepare_batch(
+                        db_session=db_session,
+                        entries=entries_read,
+                        limits=limits,
+                        executor=executor,
+                        checker=checker,
+                        report=report,
+                    )
                 )
                 end_reads()
-                if waiting is not None:
-                    write(waiting)
-                waiting = prepared
-        if waiting is not None:
-            write(waiting)
+                while len(queued) > BATCHES_AHEAD or sum(b.nbytes for b in queued) > IMPORT_BATCH_BYTES:
+                    write_oldest()
+        while queued:
+            write_oldest()
     except BaseException:
         for sha256, image_format in report.unconfirmed:
             store.remove(sha256, image_format)

@@ -14,7 +14,7 @@ from app.labelling.annotators import images_left
 from app.labelling.quality import paused_message, paused_reason
 from app.users.auth import ANNOTATOR_ROLES, OptionalUser, page_user
 from app.users.models import User
-from app.web.dependencies import CompetitionDep
+from app.web.dependencies import CompetitionDep, VisibleCompetitionDep
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
@@ -53,8 +53,9 @@ def other_work(db_session: Session, annotator: User, competition_id: int) -> lis
 
 
 @router.get("/competitions/{competition_id}/guidelines", response_class=HTMLResponse)
-def guidelines_page(request: Request, user: OptionalUser, competition: CompetitionDep):
-    """How to answer: the general rules, the competition's own guidelines and what each class means."""
+def guidelines_page(request: Request, user: OptionalUser, competition: VisibleCompetitionDep):
+    """How to answer: the general rules, the competition's own guidelines and what each class means (a
+    members-only competition's to its members and admins)."""
     classes = zip(competition.class_names, class_definitions(competition), strict=True)
     return render(
         request,
