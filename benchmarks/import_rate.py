@@ -61,7 +61,9 @@ def import_seconds(folder: Path, workdir: Path, processes: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--images", type=int, default=1000, help="Distinct JPEGs to import (default 1000).")
     parser.add_argument("--repeats", type=int, default=3, help="Runs with each process count (default 3).")
     parser.add_argument("--json", action="store_true", help="Print one JSON line of figures.")

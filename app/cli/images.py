@@ -132,13 +132,12 @@ def import_images(
     Duplicates are stored once and listed, and so are near-duplicates (pHashes within 4 of 64 bits); bad
     files (not an image, truncated, too large, over the pixel limit, links leaving the folder, archive
     members with '..', paths outside a manifest's folder, URLs at addresses that are not public) are
-    listed by name and skipped. Work is committed every few hundred files, with no transaction open while
+    listed by name and skipped. Work is committed every 32 files, with no transaction open while
     files are read, downloaded or decoded, and a re-run skips the files an earlier run imported without
     reading them: an interrupted import can simply be run again.
     """
     settings = load_settings()
     limits = ImageLimits(settings.max_image_bytes, settings.max_image_pixels, settings.thumbnail_size)
-    store = ImageStore(settings.blob_store)
     columns = (
         TextColumn("Importing"),
         BarColumn(),
@@ -153,6 +152,7 @@ def import_images(
         ThreadPoolExecutor(threads) as executor,
         Progress(*columns, console=console, transient=True) as progress,
     ):
+        store = ImageStore(settings.blob_store)  # after the fork: an S3 store may start a thread
         target = get_competition_by_name(db_session=session, name=competition)
         task = progress.add_task("import", total=total)
 

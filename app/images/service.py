@@ -20,18 +20,18 @@ from sqlalchemy.orm import Session
 
 from app.competitions.models import Competition
 from app.core.near_duplicates import near_duplicate_pairs
-from app.errors import NotFound, storage_errors
+from app.errors import NotFound
 from app.images.decode import CheckedImage, check_images
 from app.images.models import CompetitionImage, Image
 from app.images.sources import Candidate, ImportEntry, ImportItem, Pending, Rejected, read_entry
-from app.images.store import ImageStore
+from app.images.store import ImageStore, store_images
 
 IMPORT_BATCH_SIZE = 32
 """Files hashed, looked up, checked, written and committed together: checking starts once a few are read."""
 IMPORT_BATCH_BYTES = 64 * 1024 * 1024
 """A batch also ends once its files hold this many bytes, and batches waiting for their checks are written
 once they hold more: an import holds at most about twice this in files."""
-BATCHES_AHEAD = 8
+BATCHES_AHEAD = 4
 """Batches whose checks run while the oldest is written (the checkers' work while this thread writes)."""
 URI_WINDOW = 256
 """Pending files looked up by uri at a time (skip_imported)."""
@@ -213,7 +213,7 @@ def store_batch(
     store: ImageStore,
     competition: Competition,
     batch: PreparedBatch,
-    executor: Executor,
+    storer: Executor,
     report: ImportReport,
 ) -> None:
     """Once its checks are done, under the competition's lock store a batch's good new files, link the
@@ -231,13 +231,9 @@ def store_batch(
         checks=checks,
         image_ids=batch.image_ids,
         report=report,
-        executor=executor,
+        storer=storer,
     )
-    for (
-        candidate,
-        sha256,
-        first_name,
-    ) in batch.copies:  # a copy of a refused file is refused for the same reason
+    for candidate, sha256, first_name in batch.copies:  # a refused file's copies are refused alike
         if sha256 in report.refused:
             report.rejected.append((candidate.name, report.refused[sha256]))
         else:
@@ -253,7 +249,7 @@ def store_batch(
             )
         )
     )
-    links = []
+    links: list[dict[str, int]] = []
     for candidate, sha256 in accepted:
         if image_ids[sha256] in linked:
             report.duplicates.append((candidate.name, "already in this competition"))
@@ -278,10 +274,10 @@ def _add_images(
     checks: list[CheckedImage | str],
     image_ids: dict[str, int],
     report: ImportReport,
-    executor: Executor,
+    storer: Executor,
 ) -> None:
-    """Insert a row for each good new file and store the files of the rows inserted here, by the executor's
-    threads (a row another import inserted meanwhile comes with its files); refused hashes go to
+    """Insert a row for each good new file and store the files of the rows inserted here, CHECK_CHUNK at a
+    time on the storer (a row another import inserted meanwhile comes with its files); refused hashes go to
     report.refused with their reason."""
     good: dict[str, tuple[Candidate, CheckedImage]] = {}
     for (candidate, sha256), checked in zip(new, checks, strict=True):
@@ -307,16 +303,15 @@ def _add_images(
     ]
     inserted = _insert_missing_images(db_session, rows)
     to_store = [
-        (sha256, candidate, checked) for sha256, (candidate, checked) in good.items() if sha256 in inserted
+        (candidate.name, sha256, checked.format, candidate.data, checked.thumbnail)
+        for sha256, (candidate, checked) in good.items()
+        if sha256 in inserted
     ]
-    report.unconfirmed += [(sha256, checked.format) for sha256, _, checked in to_store]
-
-    def put(item: tuple[str, Candidate, CheckedImage]) -> None:
-        sha256, candidate, checked = item
-        with storage_errors(f"image {candidate.name}"):
-            store.put(sha256, checked.format, candidate.data, checked.thumbnail)
-
-    stores = [executor.submit(put, item) for item in to_store]
+    report.unconfirmed += [(sha256, image_format) for _, sha256, image_format, _, _ in to_store]
+    stores = [
+        storer.submit(store_images, store, to_store[start : start + CHECK_CHUNK])
+        for start in range(0, len(to_store), CHECK_CHUNK)
+    ]
     wait(stores)  # every write ends before a failure is raised, so that none outlives the cleanup
     for stored in stores:
         stored.result()
@@ -358,8 +353,9 @@ def import_entries(
     on_batch: Callable[[ImportReport], None] | None = None,
     ahead: int = 4,
 ) -> ImportReport:
-    """Import every entry in batches: the executor's threads read, hash and store files, the checker
-    (processes in the CLI; the executor by default) decodes them, and this thread alone writes the database.
+    """Import every entry in batches: the executor's threads read and hash files, the checker (processes in
+    the CLI; the executor by default) decodes them and writes them to a local store (the executor writes to
+    S3), and this thread alone writes the database.
 
     Up to BATCHES_AHEAD batches are read and being checked while the oldest is written, so checking does
     not wait for the database or the store. With commit_batches, each batch is committed on its own and no
@@ -372,6 +368,7 @@ def import_entries(
     """
     report = ImportReport()
     checker = checker or executor
+    storer = checker if store.writes_locally else executor  # fsyncs spend CPU; S3 writes wait on the network
     queued: deque[PreparedBatch] = deque()
 
     def end_reads() -> None:
@@ -384,7 +381,7 @@ def import_entries(
             store=store,
             competition=competition,
             batch=queued.popleft(),
-            executor=executor,
+            storer=storer,
             report=report,
         )
         if commit_batches:
