@@ -4,7 +4,10 @@ The files are distinct photo-like JPEGs (a smooth random colour field with fine 
 90, ~100 KB, like a web photo corpus). Each run imports the folder into a fresh SQLite database in a
 temporary data dir through the CLI in this process (so interpreter start-up is not timed; the checking
 processes' start is), with `--processes 1` or `--processes 2`; runs alternate 1, 2, 1, 2 … so that other
-load on the machine falls on both alike. Figures are the median of each, with every run listed.
+load on the machine falls on both alike. Figures are the median of each, with every run listed, the CPU
+milliseconds an image cost the importing process and its checking processes (medians over the runs), and the
+load average before and after (on a shared machine the rate measures the share of the CPU it was given: with
+Linux's autogroup scheduling, every process of one session shares that session's share).
 
     .venv/bin/python benchmarks/import_rate.py [--images 1000] [--repeats 3] [--json]
 """
@@ -12,6 +15,8 @@ load on the machine falls on both alike. Figures are the median of each, with ev
 import argparse
 import io
 import json
+import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -43,8 +48,15 @@ def photo_jpeg(seed: int) -> bytes:
     return buffer.getvalue()
 
 
-def import_seconds(folder: Path, workdir: Path, processes: int) -> float:
-    """Seconds the CLI takes to import the folder into a fresh database with this many processes."""
+def cpu_seconds(who: int) -> float:
+    """User and system CPU seconds of this process (RUSAGE_SELF) or of its ended children."""
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
+def import_seconds(folder: Path, workdir: Path, processes: int) -> tuple[float, float, float]:
+    """Seconds the CLI takes to import the folder into a fresh database with this many processes, and the
+    CPU seconds of the importing process and of its checking processes meanwhile."""
     data_dir = workdir / f"data-{processes}-{time.monotonic_ns()}"
     data_dir.mkdir()
     env = {"MAD_DATA_DIR": str(data_dir), "MAD_DATABASE_URL": "", "MAD_ENV": "development"}
@@ -53,11 +65,13 @@ def import_seconds(folder: Path, workdir: Path, processes: int) -> float:
     created = runner.invoke(cli, ["competitions", "create", "corpus"], env=env)
     assert created.exit_code == 0, created.output
     args = ["images", "import", str(folder), "-c", "corpus", "--processes", str(processes)]
+    own, children = cpu_seconds(resource.RUSAGE_SELF), cpu_seconds(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     result = runner.invoke(cli, args, env=env)
     seconds = time.perf_counter() - started
     assert result.exit_code == 0 and f"{len(list(folder.iterdir()))} added" in result.output, result.output
-    return seconds
+    own, children = cpu_seconds(resource.RUSAGE_SELF) - own, cpu_seconds(resource.RUSAGE_CHILDREN) - children
+    return seconds, own, children
 
 
 def main() -> None:
@@ -78,12 +92,21 @@ def main() -> None:
             total_bytes += len(data)
             (folder / f"{index:06d}.jpg").write_bytes(data)
         runs: dict[int, list[float]] = {1: [], 2: []}
+        cpu: dict[str, list[float]] = {"importer": [], "checkers": []}
+        load_before = os.getloadavg()[0]
         for _ in range(args.repeats):
             for processes in (1, 2):
-                runs[processes].append(args.images / import_seconds(folder, workdir, processes))
+                seconds, own, children = import_seconds(folder, workdir, processes)
+                runs[processes].append(args.images / seconds)
+                cpu["importer"].append(own * 1000 / args.images)
+                cpu["checkers"].append(children * 1000 / args.images)
     figures = {
         "images": args.images,
         "mean_jpeg_bytes": round(total_bytes / args.images),
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg()[0],
+        "importer_cpu_ms_per_image": round(statistics.median(cpu["importer"]), 2),
+        "checkers_cpu_ms_per_image": round(statistics.median(cpu["checkers"]), 2),
         "img_per_s_1": round(statistics.median(runs[1]), 1),
         "img_per_s_2": round(statistics.median(runs[2]), 1),
         "runs_img_per_s_1": [round(rate, 1) for rate in runs[1]],
@@ -98,6 +121,11 @@ def main() -> None:
         rates = ", ".join(f"{rate:,.0f}" for rate in runs[processes])
         print(f"  {processes} process{'es' if processes > 1 else ''}: {rates} img/s")
     print(f"ratio of medians 2 / 1: {figures['ratio']:.2f}")
+    print(
+        f"CPU per image: importer {figures['importer_cpu_ms_per_image']} ms, checking processes "
+        f"{figures['checkers_cpu_ms_per_image']} ms; load average "
+        f"{figures['load_average_before']:.1f} before, {figures['load_average_after']:.1f} after"
+    )
 
 
 if __name__ == "__main__":
