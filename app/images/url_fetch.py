@@ -28,9 +28,20 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 MAX_REDIRECTS = 5
 SIGNING_PREFIXES = ("x-amz-", "x-goog-")
 """Query parameters of AWS SigV4 and Google Cloud signed URLs (X-Amz-Signature, X-Goog-Credential…)."""
-SECRET_WORDS = ("sig", "token", "secret", "passw", "credential", "auth", "key", "policy", "expires")
+SECRET_WORDS = (
+    "sig",
+    "token",
+    "secret",
+    "passw",
+    "credential",
+    "auth",
+    "key",
+    "accessid",
+    "policy",
+    "expires",
+)
 """A query parameter whose name holds one of these carries a secret or a signature (Signature, sig, token,
-access_token, api_key, AWSAccessKeyId, Key-Pair-Id, Policy, Expires…)."""
+access_token, api_key, AWSAccessKeyId, GoogleAccessId, Key-Pair-Id, Policy, Expires…)."""
 AZURE_SAS_PARAMETERS = frozenset({"sv", "ss", "srt", "sp", "se", "st", "spr", "sr", "si", "skoid", "sktid"})
 """The fields of an Azure shared-access signature besides `sig`: they only make sense beside it."""
 

@@ -3,6 +3,7 @@ same answer whatever listens there), no credentials kept, no path outside the ma
 slow URL neither holds the database nor runs past its deadline. Through the CLI, on both databases."""
 
 import csv
+import ipaddress
 import json
 import os
 import socket
@@ -20,6 +21,7 @@ from sqlalchemy import select
 from app.db.engine import create_db_engine, create_sessionmaker
 from app.images.models import Image
 from app.images.remote_sources import UNREACHABLE
+from app.images.url_fetch import is_public, without_credentials
 from app.main import create_app
 from app.users.models import Role
 from tests.conftest import bearer, make_user, settings_for
@@ -197,3 +199,46 @@ def test_a_trickling_url_holds_no_lock_and_fails_at_its_deadline(cli_env, tmp_pa
     assert not site.trickle_sent_all.is_set()  # the import gave up before the 20 s the body takes
     (rejected,) = json.loads(report_path.read_text())["rejected"]
     assert rejected["detail"] == f"not downloaded within {DEADLINE_S} s (MAD_IMPORT_URL_DEADLINE_S)"
+
+
+@pytest.mark.parametrize(
+    ("url", "kept"),
+    [
+        (
+            "http://u:pw@h.org:8080/a.png?X-Amz-Signature=s&X-Amz-Credential=c&id=3#x",
+            "http://h.org:8080/a.png?id=3",
+        ),
+        ("https://h.org/a.jpg?sv=2022-11-02&sp=r&se=2030&sig=abc&page=2", "https://h.org/a.jpg?page=2"),
+        ("https://h.org/a.jpg?X-Goog-Signature=s&GoogleAccessId=g&Expires=1", "https://h.org/a.jpg"),
+        ("https://h.org/a.jpg?Policy=p&Key-Pair-Id=k&Signature=s", "https://h.org/a.jpg"),
+        ("https://h.org/a.jpg?access_token=t&api_key=k&size=big", "https://h.org/a.jpg?size=big"),
+        ("https://h.org/a%20b.jpg?w=1&h=2", "https://h.org/a%20b.jpg?w=1&h=2"),
+    ],
+)
+def test_urls_are_kept_without_credentials_or_signatures(url, kept):
+    assert without_credentials(url) == kept
+
+
+@pytest.mark.parametrize(
+    ("address", "public"),
+    [
+        ("93.184.215.14", True),
+        ("2606:2800:21f:cb07:6820:80da:af6b:8b2c", True),
+        ("127.0.0.1", False),
+        ("10.1.2.3", False),
+        ("172.16.0.1", False),
+        ("192.168.1.1", False),
+        ("169.254.169.254", False),  # cloud metadata
+        ("100.100.100.200", False),  # shared address space (a cloud's metadata too)
+        ("0.0.0.0", False),
+        ("224.0.0.1", False),
+        ("240.0.0.1", False),
+        ("::1", False),
+        ("fd00:ec2::254", False),
+        ("fe80::1", False),
+        ("::ffff:127.0.0.1", False),
+        ("2002:7f00:1::", False),  # 6to4 around 127.0.0.1
+    ],
+)
+def test_only_public_unicast_addresses_are_public(address, public):
+    assert is_public(ipaddress.ip_address(address)) is public
