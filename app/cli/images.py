@@ -116,13 +116,13 @@ def import_images(
         ..., "--competition", "-c", help="Name of the competition to add them to."
     ),
     threads: int = typer.Option(
-        2, min=1, max=64, help="Threads that read, hash and store files (more for S3 or URLs)."
+        2, min=1, max=64, help="Threads that read and hash files, and write them to S3 (more for S3 or URLs)."
     ),
     processes: int = typer.Option(
         len(os.sched_getaffinity(0)),
         min=1,
         max=256,
-        help="Processes that decode, check, thumbnail and pHash images (default: one per CPU core).",
+        help="Processes that decode, check, thumbnail and pHash images and write them to a local store.",
         show_default="one per CPU core",
     ),
     report: Path | None = typer.Option(None, help="Write the full per-file report here as JSON."),
