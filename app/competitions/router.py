@@ -33,7 +33,7 @@ def create_competition(body: CompetitionCreate, db_session: SessionDep, _admin: 
     return service.to_read(competition, image_count=0)
 
 
-@router.get("", summary="List competitions")
+@router.get("", summary="List competitions", responses=error_responses(401))
 def list_competitions(db_session: SessionDep, user: OptionalUser) -> list[CompetitionRead]:
     """Every competition the caller may see (members-only ones to their members and admins) with its
     parameters and image count."""

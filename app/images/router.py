@@ -167,7 +167,10 @@ def exclude_image(
 @router.get(
     "/images/{sha256}",
     response_class=FileResponse,
-    responses={200: {"content": {mime: {} for mime in CONTENT_TYPES.values()}}, **error_responses(404, 422)},
+    responses={
+        200: {"content": {mime: {} for mime in CONTENT_TYPES.values()}},
+        **error_responses(401, 404, 422),
+    },
     summary="An image file by its SHA-256",
 )
 def get_image(sha256: str, request: Request, db_session: SessionDep, user: OptionalUser) -> Response:
@@ -186,7 +189,7 @@ def get_image(sha256: str, request: Request, db_session: SessionDep, user: Optio
 @router.get(
     "/thumbnails/{sha256}",
     response_class=FileResponse,
-    responses={200: {"content": {THUMBNAIL_CONTENT_TYPE: {}}}, **error_responses(404, 422)},
+    responses={200: {"content": {THUMBNAIL_CONTENT_TYPE: {}}}, **error_responses(401, 404, 422)},
     summary="An image's WebP thumbnail by its SHA-256",
 )
 def get_thumbnail(sha256: str, request: Request, db_session: SessionDep, user: OptionalUser) -> Response:
