@@ -18,6 +18,7 @@ from app.classifiers.enums import ClassifierSource
 from app.classifiers.models import Classifier
 from app.classifiers.prediction_store import ARRAY_DTYPES
 from app.classifiers.schemas import ClassifierRead, DataConfig
+from app.competitions.dependencies import CompetitionDep, VisibleCompetitionDep
 from app.competitions.members import check_visible
 from app.competitions.service import get_competition
 from app.db.session import SessionDep
@@ -28,7 +29,7 @@ from app.storage.keys import weights_key
 from app.storage.responses import blob_response
 from app.users.auth import AdminUser, OptionalUser, WorkerUser
 from app.users.models import Role
-from app.web.dependencies import CompetitionDep, SettingsDep, VisibleCompetitionDep
+from app.web.dependencies import SettingsDep
 from app.web.errors import error_responses
 
 router = APIRouter(prefix="/api/v1", tags=["classifiers"])

@@ -4,6 +4,7 @@ the label set, and members (admin)."""
 from fastapi import APIRouter, status
 
 from app.competitions import members, service
+from app.competitions.dependencies import CompetitionDep, VisibleCompetitionDep
 from app.competitions.schemas import (
     ClassRead,
     CompetitionCreate,
@@ -15,7 +16,6 @@ from app.db.session import SessionDep
 from app.images.service import image_counts
 from app.users.auth import AdminUser, OptionalUser
 from app.users.service import get_user
-from app.web.dependencies import CompetitionDep, VisibleCompetitionDep
 from app.web.errors import error_responses
 
 router = APIRouter(prefix="/api/v1/competitions", tags=["competitions"])

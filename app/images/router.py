@@ -9,6 +9,7 @@ from fastapi import APIRouter, File, Query, Request, UploadFile, status
 from fastapi.responses import FileResponse, Response
 from sqlalchemy import select
 
+from app.competitions.dependencies import CompetitionDep, VisibleCompetitionDep
 from app.db.session import SessionDep
 from app.images import service
 from app.images.models import CompetitionImage, Image
@@ -32,7 +33,7 @@ from app.storage.keys import image_key, thumbnail_key
 from app.storage.responses import blob_response
 from app.users.auth import AdminUser, OptionalUser
 from app.users.models import Role, User
-from app.web.dependencies import CompetitionDep, SettingsDep, VisibleCompetitionDep
+from app.web.dependencies import SettingsDep
 from app.web.errors import error_responses
 
 router = APIRouter(tags=["images"])
