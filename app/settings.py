@@ -3,10 +3,10 @@
 import re
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.storage import BlobStore, open_blob_store
 
@@ -75,6 +75,14 @@ class Settings(BaseSettings):
         description="Most a zip member, or a whole archive, may expand relative to its compressed size.",
     )
     thumbnail_size: int = Field(default=320, ge=32, le=2048, description="Longest thumbnail side in pixels.")
+    import_allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default=[],
+        description="Comma-separated host names, addresses and networks (10.0.0.0/8) that manifest URLs may "
+        "reach although they are loopback, private, link-local or otherwise not public (refused by default).",
+    )
+    import_url_deadline_s: float = Field(
+        default=60, gt=0, description="Most seconds one manifest URL may take, redirects and body included."
+    )
     job_lease_s: int = Field(default=120, ge=1, description="Lease length without a heartbeat.")
     job_max_attempts: int = Field(default=3, ge=1, description="Tries before a job fails.")
     predict_shard_size: int = Field(
@@ -113,6 +121,14 @@ class Settings(BaseSettings):
     def has_real_secret_key(self) -> bool:
         """Whether MAD_SECRET_KEY is the deployment's own: not the public development key, 32+ characters."""
         return self.secret_key != DEVELOPMENT_SECRET_KEY and len(self.secret_key) >= MIN_SECRET_KEY_LENGTH
+
+    @field_validator("import_allowed_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, value: object) -> object:
+        """A comma-separated string becomes its non-empty items."""
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        return value
 
     @field_validator("storage_url")
     @classmethod

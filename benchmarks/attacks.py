@@ -54,6 +54,7 @@ class Server:
     """`mad serve` of `repo` on a free port, with an admin (token) and an annotator."""
 
     def __init__(self, repo: Path, data_dir: Path):
+        self.repo = repo
         self.port = free_port()
         self.env = {
             **os.environ,
@@ -91,7 +92,8 @@ class Server:
 
     def mad(self, *arguments: str) -> str:
         command = [sys.executable, "-c", "from app.cli.main import app; app()", *arguments]
-        return subprocess.run(command, env=self.env, capture_output=True, text=True, check=True).stdout
+        run = subprocess.run(command, cwd=self.repo, env=self.env, capture_output=True, text=True, check=True)
+        return run.stdout  # run in the checkout, or `python -c` would import this directory's app first
 
     def rss_mb(self) -> float:
         status = Path(f"/proc/{self.process.pid}/status").read_text()

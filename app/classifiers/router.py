@@ -18,7 +18,9 @@ from app.classifiers.enums import ClassifierSource
 from app.classifiers.models import Classifier
 from app.classifiers.prediction_store import ARRAY_DTYPES
 from app.classifiers.schemas import ClassifierRead, DataConfig
-from app.competitions.dependencies import CompetitionDep
+from app.competitions.dependencies import CompetitionDep, VisibleCompetitionDep
+from app.competitions.members import check_visible
+from app.competitions.service import get_competition
 from app.db.session import SessionDep
 from app.errors import InvalidInput
 from app.images.service import competition_image_count
@@ -131,10 +133,10 @@ def _register(
 @router.get(
     "/competitions/{competition_id}/classifiers",
     summary="List a competition's classifiers",
-    responses=error_responses(401, 404, 422),
+    responses=error_responses(401, 403, 404, 422),
 )
 def list_classifiers(
-    db_session: SessionDep, user: OptionalUser, competition: CompetitionDep
+    db_session: SessionDep, user: OptionalUser, competition: VisibleCompetitionDep
 ) -> list[ClassifierRead]:
     """In registration order, with status and why a failed one failed (in one line; admins also get the
     worker's whole report in error_detail)."""
@@ -145,11 +147,14 @@ def list_classifiers(
 
 
 @router.get(
-    "/classifiers/{classifier_id}", summary="Read a classifier", responses=error_responses(401, 404, 422)
+    "/classifiers/{classifier_id}", summary="Read a classifier", responses=error_responses(401, 403, 404, 422)
 )
 def read_classifier(classifier_id: int, db_session: SessionDep, user: OptionalUser) -> ClassifierRead:
-    """One classifier with its status (a failure's detail for admins only, as in the list)."""
+    """One classifier with its status (a failure's detail for admins only, as in the list; a members-only
+    competition's to its members and admins)."""
     classifier = service.get_classifier(db_session=db_session, classifier_id=classifier_id)
+    competition = get_competition(db_session=db_session, competition_id=classifier.competition_id)
+    check_visible(db_session=db_session, competition=competition, user=user)
     return ClassifierRead.shown_to(classifier, admin=_is_admin(user))
 
 

@@ -1,12 +1,12 @@
 """`mad images import`: add a folder, an archive or single files to a competition's corpus."""
 
 import json
+import os
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 import typer
 from rich.progress import (
     BarColumn,
@@ -21,9 +21,10 @@ from rich.text import Text
 
 from app.cli.common import console, database_session, fail, load_settings
 from app.competitions.service import get_competition_by_name
+from app.images.decode import checking_processes
 from app.images.remote_sources import (
-    HTTP_TIMEOUT,
     ManifestError,
+    UrlReads,
     bucket_entries,
     is_bucket_url,
     is_manifest_name,
@@ -39,6 +40,7 @@ from app.images.sources import (
     path_entries,
 )
 from app.images.store import ImageStore
+from app.images.url_fetch import AddressPolicy, guarded_client
 from app.jobs.service import enqueue_competition_predictions
 from app.settings import Settings
 
@@ -94,8 +96,10 @@ def _import_source(source: str, settings: Settings) -> Iterator[tuple[Iterable[I
             table = read_manifest(path)
         except ManifestError as error:
             fail(str(error))
-        with httpx.Client(timeout=HTTP_TIMEOUT, follow_redirects=True) as http:
-            yield manifest_entries(path, table, limits.max_file_bytes, http), table.num_rows
+        policy = AddressPolicy.allowing(settings.import_allowed_hosts)
+        with guarded_client(policy, settings.import_url_deadline_s) as http:
+            urls = UrlReads(http, settings.import_url_deadline_s)
+            yield manifest_entries(path, table, limits.max_file_bytes, urls), table.num_rows
         return
     yield path_entries(path, limits), _expected_total(path)
 
@@ -112,7 +116,14 @@ def import_images(
         ..., "--competition", "-c", help="Name of the competition to add them to."
     ),
     threads: int = typer.Option(
-        2, min=1, max=64, help="Threads that read, hash, decode and thumbnail images (more for S3 or URLs)."
+        2, min=1, max=64, help="Threads that read and hash files, and write them to S3 (more for S3 or URLs)."
+    ),
+    processes: int = typer.Option(
+        len(os.sched_getaffinity(0)),
+        min=1,
+        max=256,
+        help="Processes that decode, check, thumbnail and pHash images and write them to a local store.",
+        show_default="one per CPU core",
     ),
     report: Path | None = typer.Option(None, help="Write the full per-file report here as JSON."),
 ) -> None:
@@ -120,13 +131,13 @@ def import_images(
 
     Duplicates are stored once and listed, and so are near-duplicates (pHashes within 4 of 64 bits); bad
     files (not an image, truncated, too large, over the pixel limit, links leaving the folder, archive
-    members with '..') are listed by name and skipped. Work is committed every few hundred files, and a
-    re-run skips the files an earlier run imported without reading them: an interrupted import can
-    simply be run again.
+    members with '..', paths outside a manifest's folder, URLs at addresses that are not public) are
+    listed by name and skipped. Work is committed every 32 files, with no transaction open while
+    files are read, downloaded or decoded, and a re-run skips the files an earlier run imported without
+    reading them: an interrupted import can simply be run again.
     """
     settings = load_settings()
     limits = ImageLimits(settings.max_image_bytes, settings.max_image_pixels, settings.thumbnail_size)
-    store = ImageStore(settings.blob_store)
     columns = (
         TextColumn("Importing"),
         BarColumn(),
@@ -135,16 +146,17 @@ def import_images(
         TimeRemainingColumn(),
     )
     with (
+        checking_processes(processes) as checker,  # first: forked before any thread starts
         _import_source(source, settings) as (entries, total),
         database_session(settings) as session,
         ThreadPoolExecutor(threads) as executor,
         Progress(*columns, console=console, transient=True) as progress,
     ):
+        store = ImageStore(settings.blob_store)  # after the fork: an S3 store may start a thread
         target = get_competition_by_name(db_session=session, name=competition)
         task = progress.add_task("import", total=total)
 
-        def commit_batch(partial: ImportReport) -> None:
-            session.commit()
+        def show_progress(partial: ImportReport) -> None:
             progress.update(task, completed=partial.processed)
 
         result = import_entries(
@@ -154,7 +166,9 @@ def import_images(
             entries=entries,
             limits=limits,
             executor=executor,
-            on_batch=commit_batch,
+            checker=checker,
+            commit_batches=True,
+            on_batch=show_progress,
             ahead=2 * threads,
         )
         queued = enqueue_competition_predictions(

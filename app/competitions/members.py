@@ -1,5 +1,6 @@
-"""Who may label in a competition: everyone with the annotator role in an open one, only its members in a
-members-only one, admins in all."""
+"""Who may label in a competition, and who may see it: everyone with the annotator role labels in an open
+one, only its members in a members-only one, admins in all; anyone sees an open competition, only its
+members and admins see anything of a members-only one (docs/architecture.md)."""
 
 from typing import cast
 
@@ -9,11 +10,11 @@ from sqlalchemy.orm import Session
 from app.competitions.models import Competition, CompetitionMember
 from app.competitions.schemas import MemberRead
 from app.db.base import utcnow
-from app.errors import InvalidInput, NotFound
+from app.errors import Forbidden, InvalidInput, NotAuthenticated, NotFound
 from app.users.models import Role, User
 
 MEMBERS_ONLY = "this competition is open to its members only: ask an admin to add you"
-"""Why a labelling request of a non-member is refused (403)."""
+"""Why a labelling request of a non-member, or any request about the competition, is refused (403)."""
 
 
 def list_members(*, db_session: Session, competition: Competition) -> list[MemberRead]:
@@ -60,11 +61,29 @@ def may_label(*, db_session: Session, competition: Competition, user: User) -> b
     return db_session.get(CompetitionMember, (competition.id, user.id)) is not None
 
 
-def competitions_of(*, db_session: Session, user: User) -> list[Competition]:
-    """The competitions the user may label in, oldest first: every one for an admin, the open ones and
-    those they are a member of for an annotator."""
+def may_see(*, db_session: Session, competition: Competition, user: User | None) -> bool:
+    """Whether the caller (None: anonymous) may see the competition: an open one, or as admin or member."""
+    if not competition.members_only:
+        return True
+    return user is not None and may_label(db_session=db_session, competition=competition, user=user)
+
+
+def check_visible(*, db_session: Session, competition: Competition, user: User | None) -> Competition:
+    """The competition when the caller may see it; else 401 for an anonymous caller, 403 for another."""
+    if may_see(db_session=db_session, competition=competition, user=user):
+        return competition
+    if user is None:
+        raise NotAuthenticated(f"competition {competition.id} is open to its members only: sign in")
+    raise Forbidden(MEMBERS_ONLY)
+
+
+def competitions_of(*, db_session: Session, user: User | None) -> list[Competition]:
+    """The competitions the caller may label in and see, oldest first: every one for an admin, the open
+    ones and those they are a member of for anyone else (the open ones for an anonymous caller)."""
     query = select(Competition).order_by(Competition.id)
-    if user.role != Role.admin:
+    if user is None:
+        query = query.where(~Competition.members_only)
+    elif user.role != Role.admin:
         membership = exists().where(
             CompetitionMember.competition_id == Competition.id, CompetitionMember.user_id == user.id
         )

@@ -1,9 +1,10 @@
-"""Competitions API: create (admin), list and read (public), the label set, and members (admin)."""
+"""Competitions API: create (admin), list and read (public, members-only ones for their members and admins),
+the label set, and members (admin)."""
 
 from fastapi import APIRouter, status
 
 from app.competitions import members, service
-from app.competitions.dependencies import CompetitionDep
+from app.competitions.dependencies import CompetitionDep, VisibleCompetitionDep
 from app.competitions.schemas import (
     ClassRead,
     CompetitionCreate,
@@ -13,7 +14,7 @@ from app.competitions.schemas import (
 )
 from app.db.session import SessionDep
 from app.images.service import image_counts
-from app.users.auth import AdminUser
+from app.users.auth import AdminUser, OptionalUser
 from app.users.service import get_user
 from app.web.errors import error_responses
 
@@ -32,15 +33,17 @@ def create_competition(body: CompetitionCreate, db_session: SessionDep, _admin: 
     return service.to_read(competition, image_count=0)
 
 
-@router.get("", summary="List competitions")
-def list_competitions(db_session: SessionDep) -> list[CompetitionRead]:
-    """Every competition with its parameters and image count."""
+@router.get("", summary="List competitions", responses=error_responses(401))
+def list_competitions(db_session: SessionDep, user: OptionalUser) -> list[CompetitionRead]:
+    """Every competition the caller may see (members-only ones to their members and admins) with its
+    parameters and image count."""
     counts = image_counts(db_session=db_session)
-    return [service.to_read(c, counts.get(c.id, 0)) for c in service.list_competitions(db_session=db_session)]
+    shown = members.competitions_of(db_session=db_session, user=user)
+    return [service.to_read(c, counts.get(c.id, 0)) for c in shown]
 
 
-@router.get("/{competition_id}", summary="Read a competition", responses=error_responses(404, 422))
-def read_competition(competition: CompetitionDep, db_session: SessionDep) -> CompetitionRead:
+@router.get("/{competition_id}", summary="Read a competition", responses=error_responses(401, 403, 404, 422))
+def read_competition(competition: VisibleCompetitionDep, db_session: SessionDep) -> CompetitionRead:
     """One competition with its parameters and image count."""
     return service.to_read(competition, image_counts(db_session=db_session).get(competition.id, 0))
 
@@ -63,9 +66,9 @@ def update_competition(
 @router.get(
     "/{competition_id}/classes",
     summary="The label set in model output order",
-    responses=error_responses(404, 422),
+    responses=error_responses(401, 403, 404, 422),
 )
-def list_classes(competition: CompetitionDep) -> list[ClassRead]:
+def list_classes(competition: VisibleCompetitionDep) -> list[ClassRead]:
     """Class index (what classifiers output), key (e.g. WordNet id), display name and definition (a WordNet
     gloss, or a custom taxonomy's description)."""
     definitions = service.class_definitions(competition)

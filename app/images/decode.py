@@ -2,16 +2,21 @@
 
 Decoding is the memory an import spends: a check holds the decoded frame and any full-size copy that
 scaling needs, so checks running at once share DECODE_BUDGET bytes of them (one larger than the budget
-runs alone). JPEGs are decoded at the smallest DCT scale that still gives the thumbnail its size, which
-reads every byte of the file (so truncation is still caught) into up to 64 times less memory.
+runs alone), the threads of one process or, through checking_processes, every process of an import. JPEGs
+are decoded at the smallest DCT scale that still gives the thumbnail its size, which reads every byte of
+the file (so truncation is still caught) into up to 64 times less memory.
 """
 
+import ctypes
 import io
+import multiprocessing
 import threading
 import warnings
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from multiprocessing.context import BaseContext
 
 import imagehash
 from PIL import ExifTags, Image, ImageOps, UnidentifiedImageError
@@ -48,29 +53,58 @@ class CheckedImage:
 
 
 class DecodeBudget:
-    """Bytes of decoded pixels that the image checks of this process may hold at once."""
+    """Bytes of decoded pixels that image checks may hold at once: those of one process's threads, or, made
+    with a multiprocessing context and handed to its processes, those of all of them."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, context: BaseContext | None = None) -> None:
         self.capacity = capacity
-        self.in_use = 0
-        self._changed = threading.Condition()
+        self._in_use: ctypes.c_int64 = (
+            ctypes.c_int64(0) if context is None else context.RawValue(ctypes.c_int64, 0)
+        )
+        self._changed = threading.Condition() if context is None else context.Condition()
+
+    @property
+    def in_use(self) -> int:
+        """Bytes held now."""
+        return self._in_use.value
 
     @contextmanager
     def hold(self, nbytes: int) -> Iterator[None]:
         """Wait until nbytes fit beside the checks running (more than the capacity waits to run alone)."""
         nbytes = min(nbytes, self.capacity)
         with self._changed:
-            self._changed.wait_for(lambda: self.in_use + nbytes <= self.capacity)
-            self.in_use += nbytes
+            self._changed.wait_for(lambda: self._in_use.value + nbytes <= self.capacity)
+            self._in_use.value += nbytes
         try:
             yield
         finally:
             with self._changed:
-                self.in_use -= nbytes
+                self._in_use.value -= nbytes
                 self._changed.notify_all()
 
 
-DECODE_BUDGET = DecodeBudget(256 * 1024 * 1024)
+DECODE_BUDGET_BYTES = 256 * 1024 * 1024
+DECODE_BUDGET = DecodeBudget(DECODE_BUDGET_BYTES)
+PROCESS_START = "fork"
+"""How checking processes start: forked, at once (~0.1 s; a fork server or spawn would import the importer's
+modules again in each, seconds on a loaded machine), so before the importer starts any thread."""
+
+
+def use_decode_budget(budget: DecodeBudget) -> None:
+    """Make budget the one this process's checks share (the initializer of checking processes)."""
+    global DECODE_BUDGET
+    DECODE_BUDGET = budget
+
+
+def checking_processes(count: int) -> ProcessPoolExecutor:
+    """count processes that run check_images, sharing one DECODE_BUDGET_BYTES budget between them, all
+    started now: make them before any thread of this process (forking a process that runs threads can copy
+    a lock one of them holds)."""
+    context = multiprocessing.get_context(PROCESS_START)
+    budget = DecodeBudget(DECODE_BUDGET_BYTES, context)
+    processes = ProcessPoolExecutor(count, context, initializer=use_decode_budget, initargs=(budget,))
+    processes.submit(int).result()  # a fork-based pool starts all its processes at its first task
+    return processes
 
 
 def decoded_bytes(image: Image.Image) -> int:
@@ -79,10 +113,22 @@ def decoded_bytes(image: Image.Image) -> int:
     return image.width * image.height * (1 if image.mode in ONE_BYTE_MODES else 4)
 
 
+def check_images(files: list[bytes], max_pixels: int, thumbnail_size: int) -> list[CheckedImage | str]:
+    """Each file's check_image, or the reason it is refused (a task for a checking process)."""
+    checked: list[CheckedImage | str] = []
+    for data in files:
+        try:
+            checked.append(check_image(data, max_pixels=max_pixels, thumbnail_size=thumbnail_size))
+        except BadImage as error:
+            checked.append(str(error))
+    return checked
+
+
 def check_image(
-    data: bytes, *, max_pixels: int, thumbnail_size: int, budget: DecodeBudget = DECODE_BUDGET
+    data: bytes, *, max_pixels: int, thumbnail_size: int, budget: DecodeBudget | None = None
 ) -> CheckedImage:
     """Fully decode an image (so truncation is caught), apply EXIF orientation and make a WebP thumbnail."""
+    budget = budget or DECODE_BUDGET
     Image.MAX_IMAGE_PIXELS = max_pixels
     try:
         with Image.open(io.BytesIO(data)) as image:

@@ -1,12 +1,15 @@
 """Import sources beyond one local path: every object under an s3:// prefix, and manifests.
 
-A manifest is a CSV or Parquet table with a `uri` column — a local path (relative to the manifest's
-folder), an s3:// key or an http(s):// URL — and optional `source_url`, `license` and `author` columns,
-kept with each image as its provenance. Objects and URLs are read by the import's threads, within the
-same byte limit as files; S3 credentials and endpoint come from the AWS environment (app.storage.s3).
+A manifest is a CSV or Parquet table with a `uri` column — a local path inside the manifest's folder, an
+s3:// key or an http(s):// URL — and optional `source_url`, `license` and `author` columns, kept with each
+image as its provenance (URLs without their credentials and signatures: url_fetch.without_credentials).
+Objects and URLs are read by the import's threads, within the same byte limit as files, each URL within a
+deadline and only at addresses url_fetch's policy permits; S3 credentials and endpoint come from the AWS
+environment (app.storage.s3).
 """
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -25,10 +28,16 @@ from app.images.sources import (
     read_file_entry,
     too_large_reason,
 )
+from app.images.url_fetch import deadline, without_credentials
 
 MANIFEST_COLUMNS = ("uri", "source_url", "license", "author")
 MAX_LENGTHS = {"uri": 2048, "source_url": 2048, "license": 255, "author": 255}
-HTTP_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
+UNREACHABLE = (
+    "cannot be downloaded: its address is not one imports may reach (MAD_IMPORT_ALLOWED_HOSTS), "
+    "or nothing answered there"
+)
+"""The one reason given for a refused address, a failed name lookup and a failed connection alike, so that
+per-row errors tell nothing about what listens on the server's network."""
 
 
 class ManifestError(ValueError):
@@ -75,19 +84,26 @@ def _read_object(filesystem, path: str, name: str, max_bytes: int) -> ImportEntr
     )
 
 
-def _read_url(http: httpx.Client, url: str, name: str, max_bytes: int) -> ImportEntry:
-    """A URL's body, streamed and cut off past max_bytes, or why it cannot be had."""
+def _read_url(http: httpx.Client, url: str, name: str, max_bytes: int, deadline_s: float) -> ImportEntry:
+    """A URL's body, streamed and cut off past max_bytes or deadline_s seconds, or why it cannot be had."""
     try:
-        with http.stream("GET", url) as response:
+        with deadline(deadline_s), http.stream("GET", url) as response:
             if not response.is_success:
                 return Rejected(name, f"HTTP {response.status_code} from the URL")
+            declared = int(response.headers.get("content-length") or 0)
+            if declared > max_bytes:
+                return Rejected(name, too_large_reason(declared, max_bytes))
             body = bytearray()
             for chunk in response.iter_bytes():
                 body += chunk
                 if len(body) > max_bytes:
                     return Rejected(name, too_large_reason(len(body), max_bytes))
+    except (httpx.ConnectError, httpx.ConnectTimeout):
+        return Rejected(name, UNREACHABLE)
+    except httpx.TimeoutException:
+        return Rejected(name, f"not downloaded within {deadline_s:g} s (MAD_IMPORT_URL_DEADLINE_S)")
     except httpx.HTTPError as error:
-        return Rejected(name, f"cannot be downloaded ({type(error).__name__}: {error})")
+        return Rejected(name, f"cannot be downloaded ({type(error).__name__})")
     return Candidate(name, bytes(body))
 
 
@@ -105,8 +121,17 @@ def read_manifest(path: Path) -> pa.Table:
     return table.select(columns).cast(pa.schema([(name, pa.string()) for name in columns]))
 
 
+@dataclass(frozen=True)
+class UrlReads:
+    """How a manifest's URLs are downloaded: the guarded client (url_fetch.guarded_client) and each URL's
+    deadline in seconds."""
+
+    http: httpx.Client
+    deadline_s: float
+
+
 def manifest_entries(
-    path: Path, table: pa.Table, max_bytes: int, http: httpx.Client
+    path: Path, table: pa.Table, max_bytes: int, urls: UrlReads
 ) -> Iterator[Pending | Rejected]:
     """One entry per manifest row, in order; a row with a missing or overlong value is refused by line."""
     folder = path.resolve().parent
@@ -114,31 +139,42 @@ def manifest_entries(
     for batch in table.to_batches():
         for row in batch.to_pylist():
             line += 1
-            yield _manifest_entry(row, line, folder, max_bytes, http)
+            yield _manifest_entry(row, line, folder, max_bytes, urls)
 
 
-def _manifest_entry(
-    row: dict, line: int, folder: Path, max_bytes: int, http: httpx.Client
-) -> Pending | Rejected:
-    """The file of one manifest row, with its provenance (empty values are none)."""
+def _is_url(uri: str) -> bool:
+    """Whether a manifest value is an http(s) URL."""
+    return uri.startswith(("http://", "https://"))
+
+
+def _manifest_entry(row: dict, line: int, folder: Path, max_bytes: int, urls: UrlReads) -> Pending | Rejected:
+    """The file of one manifest row, with its provenance (empty values are none; URLs kept and named
+    without credentials)."""
     values = {column: (row.get(column) or "").strip() or None for column in MANIFEST_COLUMNS}
     uri = values["uri"]
     if uri is None:
         return Rejected(f"row {line}", "no uri")
-    name = printable(uri)
+    try:
+        public_uri = without_credentials(uri) if _is_url(uri) else uri
+        source_url = without_credentials(values["source_url"]) if values["source_url"] else None
+    except ValueError:
+        return Rejected(f"row {line}", "uri or source_url is not a valid URL")
+    name = printable(public_uri)
     for column, limit in MAX_LENGTHS.items():
         if len(values[column] or "") > limit:
             return Rejected(name, f"{column} is longer than {limit} characters")
-    if values["source_url"] and not values["source_url"].startswith(("http://", "https://")):
+    if source_url and not _is_url(source_url):
         return Rejected(name, "source_url is not an http(s) URL")
-    provenance = Provenance(uri, values["source_url"], values["license"], values["author"])
+    provenance = Provenance(public_uri, source_url, values["license"], values["author"])
     if uri.startswith("s3://"):
         from app.storage.s3 import s3_filesystem
 
         read = partial(_read_object, s3_filesystem(), uri.removeprefix("s3://"), name, max_bytes)
-    elif uri.startswith(("http://", "https://")):
-        read = partial(_read_url, http, uri, name, max_bytes)
+    elif _is_url(uri):
+        read = partial(_read_url, urls.http, uri, name, max_bytes, urls.deadline_s)
     else:
         file = (folder / uri).resolve()
-        read = partial(read_file_entry, file.parent, file, name, max_bytes)
+        if not file.is_relative_to(folder):
+            return Rejected(name, "path outside the manifest's folder")
+        read = partial(read_file_entry, folder, file, name, max_bytes)
     return Pending(name, provenance, read)

@@ -1,4 +1,5 @@
-"""Images: upload into a competition (admin), list a corpus, serve files and thumbnails by hash."""
+"""Images: upload into a competition (admin), list a corpus, serve files and thumbnails by hash, each to
+the callers who may see a competition they belong to (app/images/visibility.py)."""
 
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -8,9 +9,8 @@ from fastapi import APIRouter, File, Query, Request, UploadFile, status
 from fastapi.responses import FileResponse, Response
 from sqlalchemy import select
 
-from app.competitions.dependencies import CompetitionDep
+from app.competitions.dependencies import CompetitionDep, VisibleCompetitionDep
 from app.db.session import SessionDep
-from app.errors import NotFound
 from app.images import service
 from app.images.models import CompetitionImage, Image
 from app.images.schemas import ImageExclusion, ImageRead, ImportReportRead
@@ -24,19 +24,23 @@ from app.images.sources import (
     printable,
 )
 from app.images.store import CONTENT_TYPES, THUMBNAIL_CONTENT_TYPE, ImageStore, check_sha256
+from app.images.visibility import shown_source_uri, visible_image
 from app.jobs.service import enqueue_competition_predictions
 from app.labelling.subsets import discard_image
 from app.settings import Settings
 from app.storage.blobs import IMMUTABLE as IMMUTABLE_CACHE_CONTROL
 from app.storage.keys import image_key, thumbnail_key
 from app.storage.responses import blob_response
-from app.users.auth import AdminUser
+from app.users.auth import AdminUser, OptionalUser
+from app.users.models import Role, User
 from app.web.dependencies import SettingsDep
 from app.web.errors import error_responses
 
 router = APIRouter(tags=["images"])
 
 IMMUTABLE = {"Cache-Control": IMMUTABLE_CACHE_CONTROL}
+PRIVATE = {"Cache-Control": "private, max-age=31536000, immutable"}
+"""An image only members see: the bytes never change, but only the caller's own browser may keep them."""
 UPLOAD_THREADS = 2
 
 
@@ -102,15 +106,17 @@ def upload_images(
 @router.get(
     "/api/v1/competitions/{competition_id}/images",
     summary="List a competition's images by ordinal",
-    responses=error_responses(404, 422),
+    responses=error_responses(401, 403, 404, 422),
 )
 def list_images(
     db_session: SessionDep,
-    competition: CompetitionDep,
+    user: OptionalUser,
+    competition: VisibleCompetitionDep,
     offset: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[ImageRead]:
-    """A page of the corpus in ordinal order (the order of every prediction array)."""
+    """A page of the corpus in ordinal order (the order of every prediction array); source_uri is shown
+    whole to admins, and to others only when it is a URL."""
     rows = db_session.execute(
         select(Image, CompetitionImage)
         .join(CompetitionImage, CompetitionImage.image_id == Image.id)
@@ -119,10 +125,10 @@ def list_images(
         .offset(offset)
         .limit(limit)
     )
-    return [_image_read(image, link) for image, link in rows]
+    return [_image_read(image, link, user) for image, link in rows]
 
 
-def _image_read(image: Image, link: CompetitionImage) -> ImageRead:
+def _image_read(image: Image, link: CompetitionImage, user: User | None) -> ImageRead:
     """The API view of an image of a competition."""
     return ImageRead(
         ordinal=link.ordinal,
@@ -132,7 +138,7 @@ def _image_read(image: Image, link: CompetitionImage) -> ImageRead:
         height=image.height,
         bytes=image.bytes,
         original_name=image.original_name,
-        source_uri=image.source_uri,
+        source_uri=shown_source_uri(image.source_uri, admin=user is not None and user.role == Role.admin),
         source_url=image.source_url,
         license=image.license,
         author=image.author,
@@ -148,7 +154,7 @@ def _image_read(image: Image, link: CompetitionImage) -> ImageRead:
     responses=error_responses(401, 403, 404, 422),
 )
 def exclude_image(
-    sha256: str, body: ImageExclusion, db_session: SessionDep, _admin: AdminUser, competition: CompetitionDep
+    sha256: str, body: ImageExclusion, db_session: SessionDep, admin: AdminUser, competition: CompetitionDep
 ) -> ImageRead:
     """The image never enters a selection again; pairs that selected it discard it and label their next
     reserve image instead. Excluding is one-way for the pairs (they keep the replacement)."""
@@ -156,46 +162,43 @@ def exclude_image(
         db_session=db_session, competition=competition, sha256=check_sha256(sha256), reason=body.reason
     )
     discard_image(db_session=db_session, competition=competition, image_id=image.id)
-    return _image_read(image, link)
-
-
-def _stored_image(db_session, sha256: str) -> Image:
-    """The image with this hash, or NotFound."""
-    image = db_session.scalar(select(Image).where(Image.sha256 == check_sha256(sha256)))
-    if image is None:
-        raise NotFound(f"no image with hash {sha256}")
-    return image
+    return _image_read(image, link, admin)
 
 
 @router.get(
     "/images/{sha256}",
     response_class=FileResponse,
-    responses={200: {"content": {mime: {} for mime in CONTENT_TYPES.values()}}, **error_responses(404, 422)},
+    responses={
+        200: {"content": {mime: {} for mime in CONTENT_TYPES.values()}},
+        **error_responses(401, 404, 422),
+    },
     summary="An image file by its SHA-256",
 )
-def get_image(sha256: str, request: Request, db_session: SessionDep) -> Response:
-    """The original bytes with the stored content type; immutable, so cached for a year."""
-    image = _stored_image(db_session, sha256)
+def get_image(sha256: str, request: Request, db_session: SessionDep, user: OptionalUser) -> Response:
+    """The original bytes with the stored content type, to callers who may see a competition it is in
+    (404 to others, as for no such image); immutable, so cached for a year: by anyone when one of its
+    competitions is open, else only by the caller's browser."""
+    image, public = visible_image(db_session=db_session, sha256=check_sha256(sha256), user=user)
     return blob_response(
         request.app.state.settings.blob_store,
         image_key(image.sha256, image.format),
         media_type=CONTENT_TYPES[image.format],
-        headers=IMMUTABLE,
+        headers=IMMUTABLE if public else PRIVATE,
     )
 
 
 @router.get(
     "/thumbnails/{sha256}",
     response_class=FileResponse,
-    responses={200: {"content": {THUMBNAIL_CONTENT_TYPE: {}}}, **error_responses(404, 422)},
+    responses={200: {"content": {THUMBNAIL_CONTENT_TYPE: {}}}, **error_responses(401, 404, 422)},
     summary="An image's WebP thumbnail by its SHA-256",
 )
-def get_thumbnail(sha256: str, request: Request, db_session: SessionDep) -> Response:
-    """The thumbnail made at import; immutable, so cached for a year."""
-    image = _stored_image(db_session, sha256)
+def get_thumbnail(sha256: str, request: Request, db_session: SessionDep, user: OptionalUser) -> Response:
+    """The thumbnail made at import, to the callers get_image serves, cached as it is."""
+    image, public = visible_image(db_session=db_session, sha256=check_sha256(sha256), user=user)
     return blob_response(
         request.app.state.settings.blob_store,
         thumbnail_key(image.sha256),
         media_type=THUMBNAIL_CONTENT_TYPE,
-        headers=IMMUTABLE,
+        headers=IMMUTABLE if public else PRIVATE,
     )

@@ -17,7 +17,10 @@ class ImageRead(BaseModel):
     height: int
     bytes: int
     original_name: str
-    source_uri: str | None = Field(description="Where the import read the file (path, archive member, URL).")
+    source_uri: str | None = Field(
+        description="Where the import read the file: a path, archive member, s3:// key or URL for admins; "
+        "only a URL (without credentials or signatures) for anyone else."
+    )
     source_url: str | None = Field(description="The page it came from, from an import manifest.")
     license: str | None
     author: str | None

@@ -2,7 +2,8 @@
 
 Files found but not read yet (Pending) are first looked up by uri: those this competition already has
 from an earlier run are skipped unread, so an interrupted import is simply run again; the rest are read
-by the executor's threads, a few ahead of the batch being checked.
+by the executor's threads, a few ahead of the batch being formed. Decoding, thumbnails and pHashes run on
+a checker (the CLI's processes) while one thread writes the database (docs/architecture.md).
 """
 
 import hashlib
@@ -13,21 +14,30 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 import numpy as np
-from sqlalchemy import func, select
+from sqlalchemy import func, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from app.competitions.models import Competition
 from app.core.near_duplicates import near_duplicate_pairs
-from app.errors import NotFound, storage_errors
-from app.images.decode import BadImage, CheckedImage, check_image
+from app.errors import NotFound
+from app.images.decode import CheckedImage, check_images
 from app.images.models import CompetitionImage, Image
 from app.images.sources import Candidate, ImportEntry, ImportItem, Pending, Rejected, read_entry
-from app.images.store import ImageStore
+from app.images.store import ImageStore, store_images
 
-IMPORT_BATCH_SIZE = 256
+IMPORT_BATCH_SIZE = 32
+"""Files hashed, looked up, checked, written and committed together: checking starts once a few are read."""
 IMPORT_BATCH_BYTES = 64 * 1024 * 1024
-"""A batch also ends once its files hold this many bytes: an import holds one batch of files at a time."""
+"""A batch also ends once its files hold this many bytes, and batches waiting for their checks are written
+once they hold more: an import holds at most about twice this in files."""
+BATCHES_AHEAD = 4
+"""Batches whose checks run while the oldest is written (the checkers' work while this thread writes)."""
+URI_WINDOW = 256
+"""Pending files looked up by uri at a time (skip_imported)."""
+CHECK_CHUNK = 8
+"""Files per check task: few enough that the checking processes end a batch together, enough that handing
+files to a process costs little beside decoding them."""
 MAX_NAME_LENGTH = 255
 NEAR_DUPLICATE_BITS = 4
 """Two images are near-duplicates when their 64-bit pHashes differ in at most this many bits."""
@@ -40,6 +50,11 @@ class ImageLimits:
     max_bytes: int
     max_pixels: int
     thumbnail_size: int
+
+    @property
+    def check(self) -> tuple[int, int]:
+        """check_images' limits: (max_pixels, thumbnail_size)."""
+        return self.max_pixels, self.thumbnail_size
 
 
 @dataclass
@@ -54,8 +69,10 @@ class ImportReport:
     near_duplicates: list[tuple[str, str]] = field(default_factory=list)
     """Added images whose pHash is within NEAR_DUPLICATE_BITS of another image of the competition."""
     first_name_of_hash: dict[str, str] = field(default_factory=dict, repr=False)
+    refused: dict[str, str] = field(default_factory=dict, repr=False)
+    """The reason each hash this import refused was refused for (its copies are refused alike)."""
     unconfirmed: list[tuple[str, str]] = field(default_factory=list, repr=False)
-    """(sha256, format) of the images whose rows this import inserted since the last on_batch."""
+    """(sha256, format) of the images whose rows this import inserted and has not committed."""
 
     @property
     def processed(self) -> int:
@@ -136,30 +153,37 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _check(data: bytes, limits: ImageLimits) -> CheckedImage | str:
-    """The checked image, or the reason it is refused."""
-    try:
-        return check_image(data, max_pixels=limits.max_pixels, thumbnail_size=limits.thumbnail_size)
-    except BadImage as error:
-        return str(error)
+@dataclass
+class PreparedBatch:
+    """A batch hashed and looked up, with the checks of its new files under way: `firsts` are the files
+    whose hash this import meets first, `copies` the others (with the first's name), `new` the firsts
+    not stored yet, whose checks (lists of CheckedImage or reason, CHECK_CHUNK files each) are `checks`."""
+
+    firsts: list[tuple[Candidate, str]]
+    copies: list[tuple[Candidate, str, str]]
+    new: list[tuple[Candidate, str]]
+    checks: list[Future]
+    image_ids: dict[str, int]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the files this batch holds."""
+        return sum(len(candidate.data) for candidate, _ in self.firsts) + sum(
+            len(candidate.data) for candidate, _, _ in self.copies
+        )
 
 
-def import_batch(
+def prepare_batch(
     *,
     db_session: Session,
-    store: ImageStore,
-    competition: Competition,
     entries: list[ImportEntry],
     limits: ImageLimits,
     executor: Executor,
+    checker: Executor,
     report: ImportReport,
-) -> None:
-    """Import one batch: check new files, then under the competition's lock store them, link the images
-    not yet in the competition and give each new link the next ordinal.
-
-    Concurrent imports of the same files are safe: imports into one competition take turns at its lock,
-    and an image row another import inserted meanwhile is used as is (its files are that import's).
-    """
+) -> PreparedBatch:
+    """Hash a batch (executor's threads), look its hashes up, and start the checks of the new files on
+    checker (processes in the CLI); only reads the database."""
     candidates = [entry for entry in entries if isinstance(entry, Candidate)]
     report.rejected += [(entry.name, entry.reason) for entry in entries if isinstance(entry, Rejected)]
     hashes = list(executor.map(_sha256, (candidate.data for candidate in candidates)))
@@ -173,26 +197,50 @@ def import_batch(
         else:
             report.first_name_of_hash[sha256] = candidate.name
             firsts.append((candidate, sha256))
-
     new = [(candidate, sha256) for candidate, sha256 in firsts if sha256 not in image_ids]
-    checks = list(executor.map(lambda pair: _check(pair[0].data, limits), new))
+    checks = [
+        checker.submit(
+            check_images, [candidate.data for candidate, _ in new[start : start + CHECK_CHUNK]], *limits.check
+        )
+        for start in range(0, len(new), CHECK_CHUNK)
+    ]
+    return PreparedBatch(firsts, copies, new, checks, image_ids)
+
+
+def store_batch(
+    *,
+    db_session: Session,
+    store: ImageStore,
+    competition: Competition,
+    batch: PreparedBatch,
+    storer: Executor,
+    report: ImportReport,
+) -> None:
+    """Once its checks are done, under the competition's lock store a batch's good new files, link the
+    images not yet in the competition and give each new link the next ordinal.
+
+    Concurrent imports of the same files are safe: imports into one competition take turns at its lock,
+    and an image row another import inserted meanwhile is used as is (its files are that import's).
+    """
+    checks = [checked for future in batch.checks for checked in future.result()]
     next_ordinal = _lock_next_ordinal(db_session=db_session, competition=competition)
-    refused = _add_images(
+    _add_images(
         db_session=db_session,
         store=store,
-        new=new,
+        new=batch.new,
         checks=checks,
-        image_ids=image_ids,
+        image_ids=batch.image_ids,
         report=report,
-        executor=executor,
+        storer=storer,
     )
-    for candidate, sha256, first_name in copies:  # a copy of a refused file is refused for the same reason
-        if sha256 in refused:
-            report.rejected.append((candidate.name, refused[sha256]))
+    for candidate, sha256, first_name in batch.copies:  # a refused file's copies are refused alike
+        if sha256 in report.refused:
+            report.rejected.append((candidate.name, report.refused[sha256]))
         else:
             report.duplicates.append((candidate.name, f"same content as {first_name}"))
 
-    accepted = [(candidate, sha256) for candidate, sha256 in firsts if sha256 not in refused]
+    image_ids = batch.image_ids
+    accepted = [(candidate, sha256) for candidate, sha256 in batch.firsts if sha256 not in report.refused]
     linked = set(
         db_session.scalars(
             select(CompetitionImage.image_id).where(
@@ -201,16 +249,16 @@ def import_batch(
             )
         )
     )
+    links: list[dict[str, int]] = []
     for candidate, sha256 in accepted:
         if image_ids[sha256] in linked:
             report.duplicates.append((candidate.name, "already in this competition"))
             continue
-        db_session.add(
-            CompetitionImage(competition_id=competition.id, image_id=image_ids[sha256], ordinal=next_ordinal)
-        )
-        next_ordinal += 1
+        ordinal = next_ordinal + len(links)
+        links.append({"competition_id": competition.id, "image_id": image_ids[sha256], "ordinal": ordinal})
         report.added.append((candidate.name, sha256))
-    db_session.flush()
+    if links:
+        db_session.execute(insert(CompetitionImage), links)
 
 
 def _image_ids(db_session: Session, hashes: set[str]) -> dict[str, int]:
@@ -226,22 +274,20 @@ def _add_images(
     checks: list[CheckedImage | str],
     image_ids: dict[str, int],
     report: ImportReport,
-    executor: Executor,
-) -> dict[str, str]:
-    """Insert a row for each good new file and store the files of the rows inserted here, by the executor's
-    threads (a row another import inserted meanwhile comes with its files); the reason of each refused
-    hash."""
-    refused: dict[str, str] = {}
+    storer: Executor,
+) -> None:
+    """Insert a row for each good new file and store the files of the rows inserted here, CHECK_CHUNK at a
+    time on the storer (a row another import inserted meanwhile comes with its files); refused hashes go to
+    report.refused with their reason."""
     good: dict[str, tuple[Candidate, CheckedImage]] = {}
     for (candidate, sha256), checked in zip(new, checks, strict=True):
         if isinstance(checked, str):
             report.rejected.append((candidate.name, checked))
-            refused[sha256] = checked
-            del report.first_name_of_hash[sha256]
+            report.refused[sha256] = checked
         else:
             good[sha256] = (candidate, checked)
     if not good:
-        return refused
+        return
     rows = [
         {
             "sha256": sha256,
@@ -257,35 +303,32 @@ def _add_images(
     ]
     inserted = _insert_missing_images(db_session, rows)
     to_store = [
-        (sha256, candidate, checked) for sha256, (candidate, checked) in good.items() if sha256 in inserted
+        (candidate.name, sha256, checked.format, candidate.data, checked.thumbnail)
+        for sha256, (candidate, checked) in good.items()
+        if sha256 in inserted
     ]
-    report.unconfirmed += [(sha256, checked.format) for sha256, _, checked in to_store]
-
-    def put(item: tuple[str, Candidate, CheckedImage]) -> None:
-        sha256, candidate, checked = item
-        with storage_errors(f"image {candidate.name}"):
-            store.put(sha256, checked.format, candidate.data, checked.thumbnail)
-
-    stores = [executor.submit(put, item) for item in to_store]
+    report.unconfirmed += [(sha256, image_format) for _, sha256, image_format, _, _ in to_store]
+    stores = [
+        storer.submit(store_images, store, to_store[start : start + CHECK_CHUNK])
+        for start in range(0, len(to_store), CHECK_CHUNK)
+    ]
     wait(stores)  # every write ends before a failure is raised, so that none outlives the cleanup
     for stored in stores:
         stored.result()
     image_ids.update(inserted)
     image_ids.update(_image_ids(db_session, good.keys() - inserted.keys()))
-    return refused
 
 
 def _insert_missing_images(db_session: Session, rows: list[dict]) -> dict[str, int]:
     """INSERT ... ON CONFLICT (sha256) DO NOTHING: the hash and id of each row inserted; a hash another
     transaction holds uncommitted waits for it (Postgres; SQLite has one writer) and is then skipped."""
-    insert = postgresql.insert if db_session.get_bind().dialect.name == "postgresql" else sqlite.insert
+    dialect = postgresql if db_session.get_bind().dialect.name == "postgresql" else sqlite
     statement = (
-        insert(Image)
-        .values(rows)
+        dialect.insert(Image)
         .on_conflict_do_nothing(index_elements=[Image.sha256])
         .returning(Image.sha256, Image.id)
     )
-    return dict(db_session.execute(statement).all())
+    return dict(db_session.execute(statement, rows).all())  # many rows, one statement compiled once
 
 
 def _lock_next_ordinal(*, db_session: Session, competition: Competition) -> int:
@@ -305,31 +348,70 @@ def import_entries(
     entries: Iterable[ImportItem],
     limits: ImageLimits,
     executor: Executor,
+    checker: Executor | None = None,
+    commit_batches: bool = False,
     on_batch: Callable[[ImportReport], None] | None = None,
     ahead: int = 4,
 ) -> ImportReport:
-    """Import every entry in batches; on_batch runs after each and may commit it (the CLI does, and moves
-    its bar). If the import fails, the files of the rows inserted since the last on_batch are removed
-    before the error reaches the caller, whose rollback removes the rows: no file is left without its row.
-    Pending files are read `ahead` at a time; the added images' near-duplicates are reported at the end.
+    """Import every entry in batches: the executor's threads read and hash files, the checker (processes in
+    the CLI; the executor by default) decodes them and writes them to a local store (the executor writes to
+    S3), and this thread alone writes the database.
+
+    Up to BATCHES_AHEAD batches are read and being checked while the oldest is written, so checking does
+    not wait for the database or the store. With commit_batches, each batch is committed on its own and no
+    transaction stays open while files are read, downloaded or checked (SQLite's write lock is held only to
+    write); otherwise the caller's one transaction holds the import. on_batch runs after each batch is
+    written (the CLI moves its bar). If the import fails, the files of the rows inserted since the last
+    commit are removed before the error reaches the caller, whose rollback removes the rows: no file is
+    left without its row. Pending files are read `ahead` at a time; the added images' near-duplicates are
+    reported at the end.
     """
     report = ImportReport()
+    checker = checker or executor
+    storer = checker if store.writes_locally else executor  # fsyncs spend CPU; S3 writes wait on the network
+    queued: deque[PreparedBatch] = deque()
+
+    def end_reads() -> None:
+        if commit_batches:
+            db_session.commit()
+
+    def write_oldest() -> None:
+        store_batch(
+            db_session=db_session,
+            store=store,
+            competition=competition,
+            batch=queued.popleft(),
+            storer=storer,
+            report=report,
+        )
+        if commit_batches:
+            db_session.commit()
+            report.unconfirmed.clear()
+        if on_batch is not None:
+            on_batch(report)
+
+    end_reads()
     try:
-        for window in batched(entries, IMPORT_BATCH_SIZE, IMPORT_BATCH_BYTES):
+        for window in batched(entries, URI_WINDOW, IMPORT_BATCH_BYTES):
             todo = skip_imported(db_session, competition, window, report)
-            for batch in batched(read_ahead(todo, executor, ahead), IMPORT_BATCH_SIZE, IMPORT_BATCH_BYTES):
-                import_batch(
-                    db_session=db_session,
-                    store=store,
-                    competition=competition,
-                    entries=batch,
-                    limits=limits,
-                    executor=executor,
-                    report=report,
+            end_reads()
+            read = read_ahead(todo, executor, ahead)
+            for entries_read in batched(read, IMPORT_BATCH_SIZE, IMPORT_BATCH_BYTES):
+                queued.append(
+                    prepare_batch(
+                        db_session=db_session,
+                        entries=entries_read,
+                        limits=limits,
+                        executor=executor,
+                        checker=checker,
+                        report=report,
+                    )
                 )
-                if on_batch is not None:
-                    on_batch(report)
-                    report.unconfirmed.clear()
+                end_reads()
+                while len(queued) > BATCHES_AHEAD or sum(b.nbytes for b in queued) > IMPORT_BATCH_BYTES:
+                    write_oldest()
+        while queued:
+            write_oldest()
     except BaseException:
         for sha256, image_format in report.unconfirmed:
             store.remove(sha256, image_format)

@@ -6,8 +6,8 @@ a validated SHA-256 and a known format, never from user input. Both are immutabl
 
 import re
 
-from app.errors import InvalidInput
-from app.storage import BlobStore
+from app.errors import InvalidInput, storage_errors
+from app.storage import BlobStore, LocalBlobStore
 from app.storage.keys import image_key, thumbnail_key
 
 SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
@@ -35,6 +35,11 @@ class ImageStore:
         )
         self.blobs.put(thumbnail_key(sha256), thumbnail, content_type=THUMBNAIL_CONTENT_TYPE, immutable=True)
 
+    @property
+    def writes_locally(self) -> bool:
+        """Whether its blobs are files on this machine (each write's fsyncs cost CPU; S3 writes wait)."""
+        return isinstance(self.blobs, LocalBlobStore)
+
     def remove(self, sha256: str, image_format: str) -> None:
         """Delete an image and its thumbnail if present (undoing a put whose database row goes away)."""
         self.blobs.delete([image_key(sha256, image_format), thumbnail_key(sha256)])
@@ -42,3 +47,11 @@ class ImageStore:
     def read(self, sha256: str, image_format: str) -> bytes:
         """The original bytes of a stored image."""
         return self.blobs.get(image_key(sha256, image_format))
+
+
+def store_images(store: ImageStore, files: list[tuple[str, str, str, bytes, bytes]]) -> None:
+    """Store each (name, sha256, format, data, thumbnail): a task for an import's threads or processes; a
+    write that fails for want of room is ServiceUnavailable, naming the file."""
+    for name, sha256, image_format, data, thumbnail in files:
+        with storage_errors(f"image {name}"):
+            store.put(sha256, image_format, data, thumbnail)

@@ -5,7 +5,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from sqlalchemy.orm import Session
 
-from app.competitions.dependencies import CompetitionDep
+from app.competitions.dependencies import CompetitionDep, VisibleCompetitionDep
 from app.competitions.members import MEMBERS_ONLY, competitions_of, may_label
 from app.competitions.models import Competition
 from app.competitions.service import class_definitions
@@ -55,8 +55,9 @@ def other_work(db_session: Session, annotator: User, competition_id: int) -> lis
 
 
 @router.get("/competitions/{competition_id}/guidelines", response_class=HTMLResponse)
-def guidelines_page(request: Request, user: OptionalUser, competition: CompetitionDep):
-    """How to answer: the general rules, the competition's own guidelines and what each class means."""
+def guidelines_page(request: Request, user: OptionalUser, competition: VisibleCompetitionDep):
+    """How to answer: the general rules, the competition's own guidelines and what each class means (a
+    members-only competition's to its members and admins)."""
     classes = zip(competition.class_names, class_definitions(competition), strict=True)
     return render(
         request,

@@ -10,6 +10,7 @@ from fastapi.responses import HTMLResponse
 from sqlalchemy.orm import Session
 
 from app.classifiers.service import get_classifier
+from app.competitions.members import check_visible
 from app.competitions.models import Competition
 from app.competitions.service import get_competition
 from app.db.session import DatabaseStepsDep, SessionDep
@@ -83,6 +84,12 @@ def decided_by_text(panel_size: int | None) -> str:
     return f"a question is decided once {panel_size // 2 + 1} of a panel of {panel_size} annotators agree"
 
 
+def _visible_competition(db_session: Session, competition_id: int, user) -> Competition:
+    """The competition if the caller may see it (members.check_visible), else 404, 401 or 403."""
+    competition = get_competition(db_session=db_session, competition_id=competition_id)
+    return check_visible(db_session=db_session, competition=competition, user=user)
+
+
 def _leaderboard_page(
     request: Request,
     user,
@@ -132,13 +139,13 @@ async def leaderboard_page(
     """The live leaderboard: Table 1, the heatmap of A, case shares, history, galleries, snapshots."""
 
     def competition_and_snapshots(db_session: Session) -> tuple[Competition, list[SnapshotRead]]:
-        competition = get_competition(db_session=db_session, competition_id=competition_id)
+        competition = _visible_competition(db_session, competition_id, user)
         frozen = snapshots.list_snapshots(db_session=db_session, competition_id=competition_id)
         return competition, [snapshots.snapshot_read(snapshot) for snapshot in frozen]
 
     competition, snapshot_list = await steps.run(competition_and_snapshots)
-    board = await public_reads.leaderboard(steps, reads, competition_id)
-    history = await public_reads.history(steps, reads, competition_id)
+    board = await public_reads.leaderboard(steps, reads, user, competition_id)
+    history = await public_reads.history(steps, reads, user, competition_id)
     return _leaderboard_page(request, user, competition, board, history, None, snapshot_list)
 
 
@@ -146,7 +153,7 @@ async def leaderboard_page(
 def snapshot_page(slug: str, request: Request, db_session: SessionDep, user: OptionalUser):
     """A frozen leaderboard at its permalink, exactly as it was stored."""
     frozen = snapshots.snapshot_with_leaderboard(snapshots.get_snapshot(db_session=db_session, slug=slug))
-    competition = get_competition(db_session=db_session, competition_id=frozen.competition_id)
+    competition = _visible_competition(db_session, frozen.competition_id, user)
     return _leaderboard_page(request, user, competition, frozen.leaderboard, None, frozen, [])
 
 
@@ -161,10 +168,8 @@ async def gallery_page(
     user: SteppedUser,
 ):
     """A pair's selected images with both predictions, right or wrong once decided (paper Fig. 1c)."""
-    competition = await steps.run(
-        lambda db_session: get_competition(db_session=db_session, competition_id=competition_id)
-    )
-    gallery = await public_reads.gallery(steps, reads, competition_id, a_id, b_id)
+    competition = await steps.run(lambda db_session: _visible_competition(db_session, competition_id, user))
+    gallery = await public_reads.gallery(steps, reads, user, competition_id, a_id, b_id)
     return render(request, "gallery.html", user=user, competition=competition, gallery=gallery)
 
 
@@ -181,15 +186,15 @@ async def classifier_page(
     """Where a classifier fails: worst classes and superclasses, perplexing images, stability versus k."""
 
     def competition_of_classifier(db_session: Session) -> Competition:
-        competition = get_competition(db_session=db_session, competition_id=competition_id)
+        competition = _visible_competition(db_session, competition_id, user)
         classifier = get_classifier(db_session=db_session, classifier_id=classifier_id)
         if classifier.competition_id != competition.id:
             raise NotFound(f"classifier {classifier_id} is not in competition {competition.name!r}")
         return competition
 
     competition = await steps.run(competition_of_classifier)
-    analysis = await public_reads.analysis(steps, reads, settings, classifier_id)
-    board = await public_reads.leaderboard(steps, reads, competition_id)
+    analysis = await public_reads.analysis(steps, reads, user, settings, classifier_id)
+    board = await public_reads.leaderboard(steps, reads, user, competition_id)
     stability = analysis.stability
     return render(
         request,

@@ -5,6 +5,8 @@ raised by database triggers in the transaction of every change it depends on), s
 labels change, and every process on one database sees the same versions. Concurrent misses of one key
 wait for a single computation, and a process computes one public read at a time: however many anonymous
 clients ask, at most one of the database gate's places does this work, and annotators queue for the rest.
+Each request is checked against the competition's visibility (members.check_visible) in the step that reads
+the data version, so a kept result of a members-only competition reaches only its members and admins.
 """
 
 import asyncio
@@ -16,6 +18,8 @@ from fastapi import Depends, Request
 from sqlalchemy.orm import Session
 
 from app.classifiers.service import get_classifier
+from app.competitions.members import check_visible
+from app.competitions.models import Competition
 from app.competitions.service import data_version, get_competition
 from app.db.session import DatabaseSteps
 from app.leaderboard.classifier_analysis import classifier_analysis
@@ -24,6 +28,7 @@ from app.leaderboard.history import ranking_history
 from app.leaderboard.schemas import ClassifierAnalysisRead, HistoryRead, LeaderboardRead, PairGalleryRead
 from app.leaderboard.standings import compute_leaderboard
 from app.settings import Settings
+from app.users.models import User
 
 RESULTS_KEPT = 256
 Result = TypeVar("Result")
@@ -82,15 +87,20 @@ PublicReadsDep = Annotated[PublicReads, Depends(public_reads)]
 async def public_read(
     steps: DatabaseSteps,
     reads: PublicReads,
+    viewer: User | None,
     key: tuple,
-    competition_of: Callable[[Session], int],
+    competition_of: Callable[[Session], Competition],
     compute: Callable[[Session], Result],
 ) -> Result:
-    """compute(session), kept under key and the data version of the competition competition_of names (its
-    404 first), each a short database step of its own: no request holds the gate while it waits."""
+    """compute(session), kept under key and the data version of the competition competition_of finds (its
+    404 first, then 401 or 403 when the viewer may not see it), each a short database step of its own: no
+    request holds the gate while it waits."""
 
     def competition_version(db_session: Session) -> int:
-        return data_version(db_session=db_session, competition_id=competition_of(db_session))
+        competition = check_visible(
+            db_session=db_session, competition=competition_of(db_session), user=viewer
+        )
+        return data_version(db_session=db_session, competition_id=competition.id)
 
     version = await steps.run(competition_version)
     return await reads.get((*key, version), lambda: steps.run(compute))
@@ -99,6 +109,7 @@ async def public_read(
 async def competition_read(
     steps: DatabaseSteps,
     reads: PublicReads,
+    viewer: User | None,
     key: tuple,
     competition_id: int,
     compute: Callable[..., Result],
@@ -113,34 +124,41 @@ async def competition_read(
     return await public_read(
         steps,
         reads,
+        viewer,
         key,
-        lambda db_session: competition(db_session).id,
+        competition,
         lambda db_session: compute(db_session=db_session, competition=competition(db_session), **args),
     )
 
 
-async def leaderboard(steps: DatabaseSteps, reads: PublicReads, competition_id: int) -> LeaderboardRead:
+async def leaderboard(
+    steps: DatabaseSteps, reads: PublicReads, viewer: User | None, competition_id: int
+) -> LeaderboardRead:
     """The competition's leaderboard (standings.compute_leaderboard)."""
-    return await competition_read(
-        steps, reads, ("leaderboard", competition_id), competition_id, compute_leaderboard
-    )
+    key = ("leaderboard", competition_id)
+    return await competition_read(steps, reads, viewer, key, competition_id, compute_leaderboard)
 
 
-async def history(steps: DatabaseSteps, reads: PublicReads, competition_id: int) -> HistoryRead:
+async def history(
+    steps: DatabaseSteps, reads: PublicReads, viewer: User | None, competition_id: int
+) -> HistoryRead:
     """How its ranking formed (history.ranking_history)."""
-    return await competition_read(steps, reads, ("history", competition_id), competition_id, ranking_history)
+    key = ("history", competition_id)
+    return await competition_read(steps, reads, viewer, key, competition_id, ranking_history)
 
 
 async def gallery(
-    steps: DatabaseSteps, reads: PublicReads, competition_id: int, a_id: int, b_id: int
+    steps: DatabaseSteps, reads: PublicReads, viewer: User | None, competition_id: int, a_id: int, b_id: int
 ) -> PairGalleryRead:
     """A pair's gallery, either order (gallery.pair_gallery)."""
     key = ("pair", competition_id, min(a_id, b_id), max(a_id, b_id))
-    return await competition_read(steps, reads, key, competition_id, pair_gallery, a_id=a_id, b_id=b_id)
+    return await competition_read(
+        steps, reads, viewer, key, competition_id, pair_gallery, a_id=a_id, b_id=b_id
+    )
 
 
 async def analysis(
-    steps: DatabaseSteps, reads: PublicReads, settings: Settings, classifier_id: int
+    steps: DatabaseSteps, reads: PublicReads, viewer: User | None, settings: Settings, classifier_id: int
 ) -> ClassifierAnalysisRead:
     """Where a classifier fails (classifier_analysis.classifier_analysis)."""
 
@@ -151,7 +169,8 @@ async def analysis(
             db_session=db_session, settings=settings, competition=competition, classifier=classifier
         )
 
-    def competition_of(db_session: Session) -> int:
-        return get_classifier(db_session=db_session, classifier_id=classifier_id).competition_id
+    def competition_of(db_session: Session) -> Competition:
+        competition_id = get_classifier(db_session=db_session, classifier_id=classifier_id).competition_id
+        return get_competition(db_session=db_session, competition_id=competition_id)
 
-    return await public_read(steps, reads, ("analysis", classifier_id), competition_of, compute)
+    return await public_read(steps, reads, viewer, ("analysis", classifier_id), competition_of, compute)

@@ -2,10 +2,12 @@
 the agreement and reliability of the votes behind them.
 
 Public: the leaderboard, its history and snapshots, pair galleries and classifier analyses (which show a
-model's prediction on an image only once every question on the image is decided). Admin: freezing a
-snapshot and every export: subsets and predictions name each model's label on every image, open ones too,
-which would tell annotators which model asked which question; votes and questions are per-annotator
-answers and live tallies; so is the quality report (agreement and reliability per annotator).
+model's prediction on an image only once every question on the image is decided); a members-only
+competition's to its members and admins only (401 or 403 to anyone else: nothing of it is public).
+Admin: freezing a snapshot and every export: subsets and predictions name each model's label on every
+image, open ones too, which would tell annotators which model asked which question; votes and questions
+are per-annotator answers and live tallies; so is the quality report (agreement and reliability per
+annotator).
 
 The public computed reads are kept per data version of their competition (app/leaderboard/public_reads.py);
 their endpoints take the database in short steps (DatabaseSteps), never holding the gate while they wait.
@@ -19,7 +21,9 @@ from fastapi import APIRouter, Depends, Query, Request, status
 from fastapi.responses import Response, StreamingResponse
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.competitions.dependencies import CompetitionDep
+from app.competitions.dependencies import CompetitionDep, VisibleCompetitionDep
+from app.competitions.members import check_visible
+from app.competitions.service import get_competition
 from app.csv_cells import neutralised
 from app.db.session import DatabaseStepsDep, SessionDep, through_database_gate
 from app.errors import InvalidInput
@@ -37,7 +41,7 @@ from app.leaderboard.schemas import (
     SnapshotWithLeaderboard,
 )
 from app.leaderboard.tables import LEADERBOARD_TABLES, LeaderboardTable
-from app.users.auth import AdminUser
+from app.users.auth import AdminUser, OptionalUser, SteppedUser
 from app.web.dependencies import SettingsDep
 from app.web.errors import error_responses
 
@@ -77,13 +81,14 @@ def _wants_csv(request: Request, requested: str | None) -> bool:
     "/competitions/{competition_id}/leaderboard",
     summary="The leaderboard (JSON or CSV)",
     response_model=LeaderboardRead,
-    responses={200: {"content": {"text/csv": {}}}, **error_responses(404, 409, 422)},
+    responses={200: {"content": {"text/csv": {}}}, **error_responses(401, 403, 404, 409, 422)},
 )
 async def read_leaderboard(
     request: Request,
     competition_id: int,
     steps: DatabaseStepsDep,
     reads: PublicReadsDep,
+    user: SteppedUser,
     format: Annotated[Literal["json", "csv"] | None, Query(description="json (default) or csv")] = None,
     table: Annotated[
         LeaderboardTable | None,
@@ -106,7 +111,7 @@ async def read_leaderboard(
     wants_csv = _wants_csv(request, format)
     if table is not None and not wants_csv:
         raise InvalidInput("table= chooses a CSV table: add format=csv (the JSON holds every table)")
-    leaderboard = await public_reads.leaderboard(steps, reads, competition_id)
+    leaderboard = await public_reads.leaderboard(steps, reads, user, competition_id)
     if wants_csv:
         table = table or "classifiers"
         name = leaderboard.competition_name
@@ -121,38 +126,49 @@ async def read_leaderboard(
 @router.get(
     "/competitions/{competition_id}/leaderboard/history",
     summary="How the ranking formed",
-    responses=error_responses(404, 409, 422),
+    responses=error_responses(401, 403, 404, 409, 422),
 )
-async def read_history(competition_id: int, steps: DatabaseStepsDep, reads: PublicReadsDep) -> HistoryRead:
+async def read_history(
+    competition_id: int, steps: DatabaseStepsDep, reads: PublicReadsDep, user: SteppedUser
+) -> HistoryRead:
     """Perron ranks after up to 24 evenly spaced numbers of labelled pair images, replaying today's labels
     in the order their questions were decided; classifiers take part from their registration."""
-    return await public_reads.history(steps, reads, competition_id)
+    return await public_reads.history(steps, reads, user, competition_id)
 
 
 @router.get(
     "/competitions/{competition_id}/pairs/{a_id}/{b_id}",
     summary="A pair's selected images",
-    responses=error_responses(404, 422),
+    responses=error_responses(401, 403, 404, 422),
 )
 async def read_pair_gallery(
-    competition_id: int, a_id: int, b_id: int, steps: DatabaseStepsDep, reads: PublicReadsDep
+    competition_id: int,
+    a_id: int,
+    b_id: int,
+    steps: DatabaseStepsDep,
+    reads: PublicReadsDep,
+    user: SteppedUser,
 ) -> PairGalleryRead:
     """The images selected for classifiers a and b (either order; a is returned as the lower id) with both
     predictions, marked right or wrong once decided, and the images discarded as too difficult."""
-    return await public_reads.gallery(steps, reads, competition_id, a_id, b_id)
+    return await public_reads.gallery(steps, reads, user, competition_id, a_id, b_id)
 
 
 @router.get(
     "/classifiers/{classifier_id}/analysis",
     summary="Where a classifier fails",
-    responses=error_responses(404, 409, 422),
+    responses=error_responses(401, 403, 404, 409, 422),
 )
 async def read_classifier_analysis(
-    classifier_id: int, steps: DatabaseStepsDep, reads: PublicReadsDep, settings: SettingsDep
+    classifier_id: int,
+    steps: DatabaseStepsDep,
+    reads: PublicReadsDep,
+    settings: SettingsDep,
+    user: SteppedUser,
 ) -> ClassifierAnalysisRead:
     """Its worst classes and superclasses by precision on MAD labels, its pair images with the highest
     C-perplexity (with X-perplexity), and the stability of the ranking versus k (paper Fig. 5)."""
-    return await public_reads.analysis(steps, reads, settings, classifier_id)
+    return await public_reads.analysis(steps, reads, user, settings, classifier_id)
 
 
 @router.post(
@@ -174,9 +190,9 @@ def create_snapshot(
 @router.get(
     "/competitions/{competition_id}/snapshots",
     summary="List frozen leaderboards",
-    responses=error_responses(404, 422),
+    responses=error_responses(401, 403, 404, 422),
 )
-def list_snapshots(db_session: SessionDep, competition: CompetitionDep) -> list[SnapshotRead]:
+def list_snapshots(db_session: SessionDep, competition: VisibleCompetitionDep) -> list[SnapshotRead]:
     """A competition's snapshots, newest first, with their permalinks."""
     return [
         snapshots.snapshot_read(snapshot)
@@ -184,10 +200,16 @@ def list_snapshots(db_session: SessionDep, competition: CompetitionDep) -> list[
     ]
 
 
-@router.get("/leaderboards/{slug}", summary="A frozen leaderboard", responses=error_responses(404, 422))
-def read_snapshot(slug: str, db_session: SessionDep) -> SnapshotWithLeaderboard:
-    """The snapshot with the leaderboard exactly as it was frozen."""
-    return snapshots.snapshot_with_leaderboard(snapshots.get_snapshot(db_session=db_session, slug=slug))
+@router.get(
+    "/leaderboards/{slug}", summary="A frozen leaderboard", responses=error_responses(401, 403, 404, 422)
+)
+def read_snapshot(slug: str, db_session: SessionDep, user: OptionalUser) -> SnapshotWithLeaderboard:
+    """The snapshot with the leaderboard exactly as it was frozen (a members-only competition's to its
+    members and admins)."""
+    snapshot = snapshots.get_snapshot(db_session=db_session, slug=slug)
+    competition = get_competition(db_session=db_session, competition_id=snapshot.competition_id)
+    check_visible(db_session=db_session, competition=competition, user=user)
+    return snapshots.snapshot_with_leaderboard(snapshot)
 
 
 EXPORT_RESPONSES: dict[int | str, dict[str, Any]] = {

@@ -7,7 +7,6 @@ from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from starlette.concurrency import run_in_threadpool
 
-from app.competitions import service as competitions_service
 from app.competitions.members import competitions_of
 from app.db.base import utcnow
 from app.db.session import DatabaseStepsDep, SessionDep
@@ -27,12 +26,10 @@ router = APIRouter(include_in_schema=False)
 
 @router.get("/", response_class=HTMLResponse)
 def home(request: Request, db_session: SessionDep, user: OptionalUser):
-    """The competitions (an annotator sees those they may label in, with the images left for them) and, when
-    there are none yet, the commands that set one up."""
-    if user is not None and user.role == Role.annotator:
-        competitions = competitions_of(db_session=db_session, user=user)
-    else:
-        competitions = competitions_service.list_competitions(db_session=db_session)
+    """The competitions the caller may see (an annotator those they may label in, with the images left for
+    them; members-only ones only to their members and admins) and, when there are none yet, the commands
+    that set one up."""
+    competitions = competitions_of(db_session=db_session, user=user)
     annotator = user if user is not None and user.role in ANNOTATOR_ROLES else None
     return render(
         request,

@@ -182,7 +182,9 @@ async def optional_user_in_a_step(
     request: Request, steps: DatabaseStepsDep, credentials: CredentialsDep
 ) -> User | None:
     """optional_user in a database step of its own, for a page that must not hold the database gate while
-    it waits for a cached public read (app/leaderboard/public_reads.py)."""
+    it waits for a cached public read (app/leaderboard/public_reads.py); an anonymous caller takes no step."""
+    if credentials.token is None and credentials.session_user_id is None:
+        return None
     return await steps.run(
         lambda db_session: identify(request, credentials, lambda found: _active_user(db_session, found))
     )

@@ -1,13 +1,14 @@
 """Image checks: formats, truncation, decompression bombs, EXIF orientation, thumbnails."""
 
 import io
+import multiprocessing
 import threading
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from app.images.decode import BadImage, DecodeBudget, check_image
+from app.images.decode import PROCESS_START, BadImage, DecodeBudget, check_image
 from tests.support.images import image_bytes, rotated_jpeg_bytes
 
 LIMITS = {"max_pixels": 1_000_000, "thumbnail_size": 64}
@@ -112,4 +113,28 @@ def test_checks_that_would_hold_more_than_the_budget_wait_for_each_other():
     assert second_holds.wait(5)
     for thread in threads:
         thread.join(5)
+    assert budget.in_use == 0
+
+
+def _hold_until(budget: DecodeBudget, nbytes: int, holding, release) -> None:
+    """In a process: hold nbytes of the budget, say so, and keep them until told to release."""
+    with budget.hold(nbytes):
+        holding.set()
+        release.wait(10)
+
+
+def test_checking_processes_share_one_budget():
+    context = multiprocessing.get_context(PROCESS_START)
+    budget = DecodeBudget(capacity=100, context=context)
+    first_holds, second_holds, release = context.Event(), context.Event(), context.Event()
+    first = context.Process(target=_hold_until, args=(budget, 60, first_holds, release))
+    second = context.Process(target=_hold_until, args=(budget, 1_000, second_holds, release))
+    first.start()
+    assert first_holds.wait(10)
+    second.start()
+    assert not second_holds.wait(0.5)  # another process's check holds 60 of the 100 bytes
+    release.set()
+    assert second_holds.wait(10)
+    for process in (first, second):
+        process.join(10)
     assert budget.in_use == 0

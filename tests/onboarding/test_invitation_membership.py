@@ -89,7 +89,7 @@ def test_the_home_page_and_label_page_follow_membership(client, db_session, comp
     assert client.post(next_url, headers={"X-CSRF-Token": csrf}).json()["status"] == "item"
 
     client.post("/logout", headers={"X-CSRF-Token": csrf})
-    assert competition.name in client.get("/").text  # visitors still find the public leaderboard
+    assert competition.name not in client.get("/").text  # nothing of it is public, its leaderboard neither
 
 
 @pytest.mark.parametrize("writes", [False, True])

@@ -557,7 +557,8 @@ def test_a_cli_import_that_fills_the_disk_keeps_the_batches_it_committed(
     assert invoke(cli_env, "competitions", "create", "full-disk").exit_code == 0
     monkeypatch.setattr(image_service, "IMPORT_BATCH_SIZE", 2)
     monkeypatch.setattr(local_store, "os", DiskFull(room=6))  # batch one's 4 files, batch two's first 2
-    result = runner.invoke(cli, ["images", "import", str(folder), "-c", "full-disk"], env=cli_env)
+    command = ["images", "import", str(folder), "-c", "full-disk", "--processes", "1"]  # room: per process
+    result = runner.invoke(cli, command, env=cli_env)
     assert result.exit_code == 1 and "No space left on device" in result.output, result.output
     url, data = cli_env["MAD_DATABASE_URL"], tmp_path / "data"
     stored = {row[0] for row in query(url, select(Image.sha256))}

@@ -1,0 +1,244 @@
+"""A manifest import stays inside: no loopback, private or metadata address (also after a redirect, and the
+same answer whatever listens there), no credentials kept, no path outside the manifest's folder; and a
+slow URL neither holds the database nor runs past its deadline. Through the CLI, on both databases."""
+
+import csv
+import ipaddress
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from app.db.engine import create_db_engine, create_sessionmaker
+from app.images.models import Image
+from app.images.remote_sources import UNREACHABLE
+from app.images.url_fetch import is_public, without_credentials
+from app.main import create_app
+from app.users.models import Role
+from tests.conftest import bearer, make_user, settings_for
+from tests.foundation.test_cli import query
+from tests.foundation.test_import_at_scale import invoke
+from tests.support.images import image_bytes
+
+TRICKLE_BYTES = 101
+TRICKLE_PAUSE_S = 0.2
+"""The trickling URL sends a byte every 0.2 s: 20 s for its 101 bytes, ten times the deadline below."""
+DEADLINE_S = 2
+
+
+class Site:
+    """A web server on 127.0.0.1: /x.png an image, /to-loopback a redirect to it by address, /trickle.png
+    101 bytes one at a time; it counts the requests for /x.png and says when a trickle starts and ends."""
+
+    def __init__(self) -> None:
+        self.image = image_bytes(7)
+        self.image_hits = 0
+        self.trickle_started = threading.Event()
+        self.trickle_sent_all = threading.Event()
+        site = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                path = self.path.split("?")[0]
+                if path == "/x.png":
+                    site.image_hits += 1
+                    self._send(site.image)
+                elif path == "/to-loopback":
+                    self.send_response(302)
+                    self.send_header("Location", f"http://127.0.0.1:{site.port}/x.png")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                elif path == "/trickle.png":
+                    self._trickle()
+                else:
+                    self.send_error(404)
+
+            def _send(self, body: bytes) -> None:
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _trickle(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Length", str(TRICKLE_BYTES))
+                self.end_headers()
+                site.trickle_started.set()
+                try:
+                    for _ in range(TRICKLE_BYTES):
+                        self.wfile.write(b"x")
+                        self.wfile.flush()
+                        time.sleep(TRICKLE_PAUSE_S)
+                except OSError:
+                    return
+                site.trickle_sent_all.set()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def url(self, path: str, host: str = "127.0.0.1") -> str:
+        return f"http://{host}:{self.port}{path}"
+
+
+@pytest.fixture
+def cli_env(tmp_path, fresh_database_url):
+    """A database of its own with the competition "corpus"."""
+    env = {"MAD_DATABASE_URL": fresh_database_url, "MAD_DATA_DIR": str(tmp_path / "data")}
+    assert invoke(env, "competitions", "create", "corpus").exit_code == 0
+    return env
+
+
+@pytest.fixture
+def site():
+    serving = Site()
+    serving.thread.start()
+    yield serving
+    serving.server.shutdown()
+    serving.thread.join()
+
+
+def closed_port() -> int:
+    """A port on 127.0.0.1 with nothing listening."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def write_manifest(path: Path, uris: list[str]) -> Path:
+    with path.open("w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(["uri", "source_url"])
+        writer.writerows([uri, ""] for uri in uris)
+    return path
+
+
+def import_report(env, manifest: Path) -> tuple[str, dict]:
+    """The CLI's output and its JSON report of importing the manifest."""
+    report = manifest.with_suffix(".json")
+    result = invoke(env, "images", "import", str(manifest), "-c", "corpus", "--report", str(report))
+    assert result.exit_code == 0, result.output
+    return result.output, json.loads(report.read_text())
+
+
+def test_manifest_rows_cannot_reach_private_addresses_or_leave_the_folder(cli_env, tmp_path, site):
+    folder = tmp_path / "manifest"
+    folder.mkdir()
+    (tmp_path / "outside.png").write_bytes(image_bytes(1))
+    (folder / "link.png").symlink_to(tmp_path / "outside.png")
+    (folder / "inside.png").write_bytes(image_bytes(2))
+    secret_url = site.url("/x.png?X-Amz-Signature=feedbeef&X-Amz-Credential=AKIA&id=3", "u:hunter2@127.0.0.1")
+    private = [
+        secret_url,
+        site.url("/to-loopback", "localhost"),  # allowed by name below; its redirect to 127.0.0.1 is not
+        f"http://127.0.0.1:{closed_port()}/nothing-listens.png",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://[::ffff:127.0.0.1]:9/mapped.png",
+        "http://10.255.255.1/private.png",
+    ]
+    manifest = write_manifest(folder / "manifest.csv", [*private, "../outside.png", "link.png", "inside.png"])
+
+    env = {**cli_env, "MAD_IMPORT_ALLOWED_HOSTS": "localhost", "MAD_IMPORT_URL_DEADLINE_S": "5"}
+    output, report = import_report(env, manifest)
+    reasons = [item["detail"] for item in report["rejected"]]
+    assert reasons[: len(private)] == [UNREACHABLE] * len(private)  # an open port reads as a closed one
+    assert reasons[len(private) :] == ["path outside the manifest's folder"] * 2
+    assert [item["name"] for item in report["added"]] == ["inside.png"]
+    assert site.image_hits == 0
+    assert "hunter2" not in output + json.dumps(report) and "feedbeef" not in output + json.dumps(report)
+
+    allowed = {**cli_env, "MAD_IMPORT_ALLOWED_HOSTS": "127.0.0.1"}
+    output, report = import_report(allowed, write_manifest(folder / "allowed.csv", [secret_url]))
+    assert len(report["added"]) == 1 and site.image_hits == 1
+    stored = query(cli_env["MAD_DATABASE_URL"], select(Image.source_uri))
+    assert {uri for (uri,) in stored} == {"inside.png", site.url("/x.png?id=3")}
+    assert "hunter2" not in output + json.dumps(report) and "AKIA" not in output + json.dumps(report)
+
+
+def admin_client(tmp_path: Path, database_url: str) -> tuple[TestClient, dict[str, str]]:
+    """A client of the service on this database, and an admin's headers."""
+    engine = create_db_engine(database_url)
+    with create_sessionmaker(engine)() as session:
+        headers = bearer(session, make_user(session, "boss", Role.admin))
+    engine.dispose()
+    return TestClient(create_app(settings_for(tmp_path, database_url))), headers
+
+
+def test_a_trickling_url_holds_no_lock_and_fails_at_its_deadline(cli_env, tmp_path, site):
+    manifest = write_manifest(tmp_path / "slow.csv", [site.url("/trickle.png")])
+    env = {
+        **os.environ,
+        **cli_env,
+        "MAD_IMPORT_ALLOWED_HOSTS": "127.0.0.1",
+        "MAD_IMPORT_URL_DEADLINE_S": str(DEADLINE_S),
+    }
+    report_path = tmp_path / "report.json"
+    mad = Path(sys.executable).with_name("mad")
+    command = [str(mad), "images", "import", str(manifest), "-c", "corpus", "--report", str(report_path)]
+    client, headers = admin_client(tmp_path, cli_env["MAD_DATABASE_URL"])
+    with client, subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as run:
+        assert site.trickle_started.wait(30)
+        changed = client.patch("/api/v1/competitions/1", json={"description": "meanwhile"}, headers=headers)
+        served_while_downloading = not site.trickle_sent_all.is_set()
+        output = run.communicate(timeout=60)[0].decode()
+    assert changed.status_code == 200 and served_while_downloading
+    assert run.returncode == 0, output
+    assert not site.trickle_sent_all.is_set()  # the import gave up before the 20 s the body takes
+    (rejected,) = json.loads(report_path.read_text())["rejected"]
+    assert rejected["detail"] == f"not downloaded within {DEADLINE_S} s (MAD_IMPORT_URL_DEADLINE_S)"
+
+
+@pytest.mark.parametrize(
+    ("url", "kept"),
+    [
+        (
+            "http://u:pw@h.org:8080/a.png?X-Amz-Signature=s&X-Amz-Credential=c&id=3#x",
+            "http://h.org:8080/a.png?id=3",
+        ),
+        ("https://h.org/a.jpg?sv=2022-11-02&sp=r&se=2030&sig=abc&page=2", "https://h.org/a.jpg?page=2"),
+        ("https://h.org/a.jpg?X-Goog-Signature=s&GoogleAccessId=g&Expires=1", "https://h.org/a.jpg"),
+        ("https://h.org/a.jpg?Policy=p&Key-Pair-Id=k&Signature=s", "https://h.org/a.jpg"),
+        ("https://h.org/a.jpg?access_token=t&api_key=k&size=big", "https://h.org/a.jpg?size=big"),
+        ("https://h.org/a%20b.jpg?w=1&h=2", "https://h.org/a%20b.jpg?w=1&h=2"),
+    ],
+)
+def test_urls_are_kept_without_credentials_or_signatures(url, kept):
+    assert without_credentials(url) == kept
+
+
+@pytest.mark.parametrize(
+    ("address", "public"),
+    [
+        ("93.184.215.14", True),
+        ("2606:2800:21f:cb07:6820:80da:af6b:8b2c", True),
+        ("127.0.0.1", False),
+        ("10.1.2.3", False),
+        ("172.16.0.1", False),
+        ("192.168.1.1", False),
+        ("169.254.169.254", False),  # cloud metadata
+        ("100.100.100.200", False),  # shared address space (a cloud's metadata too)
+        ("0.0.0.0", False),
+        ("224.0.0.1", False),
+        ("240.0.0.1", False),
+        ("::1", False),
+        ("fd00:ec2::254", False),
+        ("fe80::1", False),
+        ("::ffff:127.0.0.1", False),
+        ("2002:7f00:1::", False),  # 6to4 around 127.0.0.1
+    ],
+)
+def test_only_public_unicast_addresses_are_public(address, public):
+    assert is_public(ipaddress.ip_address(address)) is public
