@@ -5,8 +5,8 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import httpx
 import typer
 from rich.progress import (
     BarColumn,
@@ -20,27 +20,11 @@ from rich.progress import (
 from rich.text import Text
 
 from app.cli.common import console, database_session, fail, load_settings
-from app.competitions.service import get_competition_by_name
-from app.images.remote_sources import (
-    HTTP_TIMEOUT,
-    ManifestError,
-    bucket_entries,
-    is_bucket_url,
-    is_manifest_name,
-    manifest_entries,
-    read_manifest,
-)
-from app.images.service import ImageLimits, ImportReport, import_entries
-from app.images.sources import (
-    ImportItem,
-    ReadLimits,
-    count_archive_members,
-    count_folder_files,
-    path_entries,
-)
-from app.images.store import ImageStore
-from app.jobs.service import enqueue_competition_predictions
-from app.settings import Settings
+
+if TYPE_CHECKING:
+    from app.images.service import ImportReport
+    from app.images.sources import ImportItem
+    from app.settings import Settings
 
 images_app = typer.Typer(help="Import images into a competition's corpus.", no_args_is_help=True)
 
@@ -49,6 +33,8 @@ SHOWN_PER_KIND = 50
 
 def _expected_total(path: Path) -> int | None:
     """How many files the import will look at, when that is cheap to know."""
+    from app.images.sources import count_archive_members, count_folder_files
+
     if path.is_dir():
         return count_folder_files(path)
     if path.is_file():
@@ -76,8 +62,21 @@ class RateColumn(ProgressColumn):
 
 
 @contextmanager
-def _import_source(source: str, settings: Settings) -> Iterator[tuple[Iterable[ImportItem], int | None]]:
+def _import_source(source: str, settings: "Settings") -> Iterator[tuple[Iterable["ImportItem"], int | None]]:
     """The entries of an import source and how many there are when that is cheap to know."""
+    import httpx
+
+    from app.images.remote_sources import (
+        HTTP_TIMEOUT,
+        ManifestError,
+        bucket_entries,
+        is_bucket_url,
+        is_manifest_name,
+        manifest_entries,
+        read_manifest,
+    )
+    from app.images.sources import ReadLimits, path_entries
+
     limits = ReadLimits.from_settings(settings)
     if is_bucket_url(source):
         try:
@@ -124,6 +123,11 @@ def import_images(
     re-run skips the files an earlier run imported without reading them: an interrupted import can
     simply be run again.
     """
+    from app.competitions.service import get_competition_by_name
+    from app.images.service import ImageLimits, import_entries
+    from app.images.store import ImageStore
+    from app.jobs.service import enqueue_competition_predictions
+
     settings = load_settings()
     limits = ImageLimits(settings.max_image_bytes, settings.max_image_pixels, settings.thumbnail_size)
     store = ImageStore(settings.blob_store)
@@ -143,7 +147,7 @@ def import_images(
         target = get_competition_by_name(db_session=session, name=competition)
         task = progress.add_task("import", total=total)
 
-        def commit_batch(partial: ImportReport) -> None:
+        def commit_batch(partial: "ImportReport") -> None:
             session.commit()
             progress.update(task, completed=partial.processed)
 

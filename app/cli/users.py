@@ -4,9 +4,7 @@ import typer
 from rich.table import Table
 
 from app.cli.common import console, database_session, fail, load_settings
-from app.labelling.annotators import deactivate as deactivate_account
-from app.users import invitations, service
-from app.users.models import Role
+from app.users.enums import Role
 
 users_app = typer.Typer(
     help="Add admin, annotator and worker accounts; invite people; set passwords, deactivate accounts, "
@@ -27,6 +25,8 @@ def add_user(
     token: bool = typer.Option(False, "--token", help="Also issue an API token and print it (once)."),
 ) -> None:
     """Create an account. Admins and annotators sign in with the password; scripts and workers use a token."""
+    from app.users import service
+
     if password is None and role != Role.worker:
         password = typer.prompt("Password", hide_input=True, confirmation_prompt=True)
     with database_session(load_settings()) as session:
@@ -41,13 +41,15 @@ def add_user(
 def invite(
     role: Role = typer.Option(Role.annotator, help="The account's role: annotator or admin."),
     note: str = typer.Option("", help="Whom the link is for (shown in the admin page's list)."),
-    hours: int = typer.Option(72, help=f"Hours the link stays valid (1 to {invitations.MAX_VALID_HOURS})."),
+    hours: int = typer.Option(72, help="Hours the link stays valid (at most 30 days: 720)."),
     base_url: str = typer.Option(
         "http://127.0.0.1:8000", help="The address people reach this service at, for the link."
     ),
 ) -> None:
     """Print a one-time link with which a person sets their own username and password (only a hash of it
     is stored: it is shown once)."""
+    from app.users import invitations
+
     with database_session(load_settings()) as session:
         invitation, token = invitations.create_invitation(
             db_session=session, role=role, note=note, valid_hours=hours, created_by=None
@@ -63,6 +65,8 @@ def issue_token(
     name: str = typer.Option("cli", help="A label to tell tokens apart."),
 ) -> None:
     """Issue a new API token for an existing account and print it (it is stored only as a hash)."""
+    from app.users import service
+
     with database_session(load_settings()) as session:
         user = service.get_user_by_name(db_session=session, username=username)
         issued = service.create_api_token(db_session=session, user=user, name=name)
@@ -75,6 +79,8 @@ def set_password(
     password: str = typer.Option(None, help="At least 8 characters; asked for interactively when omitted."),
 ) -> None:
     """Set a new password for an admin or annotator (when they forgot theirs); tell it to them."""
+    from app.users import service
+
     if password is None:
         password = typer.prompt("New password", hide_input=True, confirmation_prompt=True)
     with database_session(load_settings()) as session:
@@ -87,6 +93,9 @@ def set_password(
 def deactivate(username: str = typer.Argument(..., help="Whose account.")) -> None:
     """Stop an account: it can no longer sign in, label or use its tokens, and the images it was labelling
     go to others at once. `mad users reactivate` undoes it; its votes keep counting unless excluded."""
+    from app.labelling.annotators import deactivate as deactivate_account
+    from app.users import service
+
     with database_session(load_settings()) as session:
         user = service.get_user_by_name(db_session=session, username=username)
         deactivate_account(db_session=session, user=user)
@@ -96,6 +105,8 @@ def deactivate(username: str = typer.Argument(..., help="Whose account.")) -> No
 @users_app.command("reactivate")
 def reactivate(username: str = typer.Argument(..., help="Whose account.")) -> None:
     """Let a deactivated account sign in and use its tokens again."""
+    from app.users import service
+
     with database_session(load_settings()) as session:
         user = service.get_user_by_name(db_session=session, username=username)
         service.set_active(db_session=session, user=user, is_active=True)
@@ -105,6 +116,8 @@ def reactivate(username: str = typer.Argument(..., help="Whose account.")) -> No
 @users_app.command("list")
 def list_users() -> None:
     """Show every account with its role and whether it is active."""
+    from app.users import service
+
     with database_session(load_settings()) as session:
         users = service.list_users(db_session=session)
         table = Table("id", "username", "role", "active")
