@@ -1,6 +1,9 @@
 """The release bundle: the leaderboard is rebuilt from its tables alone, the card says what is inside, the
 annotators are pseudonymised, and a destination that is not empty is refused with nothing written."""
 
+import os
+import stat
+
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -136,9 +139,15 @@ def test_release_command_writes_a_bundle_and_refuses_to_overwrite_it(tmp_path, f
     created = runner.invoke(cli, ["competitions", "create", "digits", "--taxonomy", str(taxonomy)], env=env)
     assert created.exit_code == 0, created.output
     out = tmp_path / "release"
-    first = runner.invoke(cli, ["release", "-c", "digits", "--out", str(out)], env=env)
+    usual = os.umask(0o022)  # the usual umask: a bundle made to publish is readable by all
+    try:
+        first = runner.invoke(cli, ["release", "-c", "digits", "--out", str(out)], env=env)
+    finally:
+        os.umask(usual)
     assert first.exit_code == 0, first.output
     assert "Wrote the release of digits" in first.output and (out / "README.md").is_file()
+    assert stat.S_IMODE(out.stat().st_mode) == 0o755
+    assert {stat.S_IMODE(path.stat().st_mode) for path in out.iterdir()} == {0o644}
     again = runner.invoke(cli, ["release", "-c", "digits", "--out", str(out)], env=env)
     assert again.exit_code == 1 and "not empty" in again.output
     unknown = runner.invoke(cli, ["release", "-c", "nope", "--out", str(tmp_path / "other")], env=env)
