@@ -1,6 +1,7 @@
 // Forms marked data-api (admin pages, the account page) call the REST API with the page's CSRF token and say what happened, by
 // name (data-done), until dismissed: a form that reloads the page (data-reload) or leaves it (data-redirect)
-// hands its result to the next page through sessionStorage. A refused form marks the fields at fault and
+// hands its result to the next page through sessionStorage. A form marked data-copy="FIELD" shows that field of
+// the answer (a one-time link) on its own, wrapped, with a Copy button. A refused form marks the fields at fault and
 // takes the focus there. A [data-progress-url] section refreshes job progress and the leaderboard.
 "use strict";
 
@@ -85,7 +86,37 @@ function uploadResult(payload) {
 
 function successResult(form, payload) {
   if (Array.isArray(payload.added)) return uploadResult(payload);
-  return { text: fill(form.dataset.done || "Saved.", payload), items: [], kind: "done" };
+  const copy = form.dataset.copy ? { value: String(payload[form.dataset.copy]), label: form.dataset.copyLabel } : null;
+  return { text: fill(form.dataset.done || "Saved.", payload), items: [], kind: "done", copy };
+}
+
+// Copy a value to the clipboard: the Clipboard API where the page may use it, else the selected text.
+async function copyText(element) {
+  try {
+    await navigator.clipboard.writeText(element.textContent);
+    return true;
+  } catch {
+    const range = document.createRange();
+    range.selectNodeContents(element);
+    window.getSelection().removeAllRanges();
+    window.getSelection().addRange(range);
+    return document.execCommand("copy");
+  }
+}
+
+// A value to copy (a one-time link): shown whole, wrapped within the box, with a Copy button that says
+// whether it worked.
+function copyField(copy) {
+  const field = Object.assign(document.createElement("div"), { className: "copy-field" });
+  const value = Object.assign(document.createElement("code"), { className: "copy-value", textContent: copy.value });
+  const button = Object.assign(document.createElement("button"), { type: "button", textContent: "Copy" });
+  if (copy.label) button.setAttribute("aria-label", `Copy the ${copy.label}`);
+  const said = Object.assign(document.createElement("span"), { className: "copy-said" }); // in the form's status: read out
+  button.addEventListener("click", async () => {
+    said.textContent = (await copyText(value)) ? "Copied." : "Select it and copy it with Ctrl+C.";
+  });
+  field.replaceChildren(value, button, said);
+  return field;
 }
 
 // The API's refusal: its message, and for a validation error each field with what is wrong with it.
@@ -117,6 +148,7 @@ function showResult(status, result) {
     list.replaceChildren(...result.items.map((item) => Object.assign(document.createElement("li"), { textContent: item })));
     parts.push(list);
   }
+  if (result.copy) parts.push(copyField(result.copy));
   const dismiss = Object.assign(document.createElement("button"), { type: "button", textContent: "Dismiss" });
   dismiss.className = "dismiss";
   dismiss.addEventListener("click", () => clearResult(status));

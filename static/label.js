@@ -155,12 +155,14 @@
       : `No definition of “${current.class_name}” is given; the guidelines may say more.`;
   }
 
+  // The definition opens below the buttons, so that nothing under the pointer moves; its box is a live
+  // region, read out when it opens and when the next question changes it.
   function toggleDefinition() {
     if (!item) return;
     const open = definitionBox.hidden;
     definitionBox.hidden = !open;
     defineButton.setAttribute("aria-expanded", String(open));
-    if (open) say($("definition").textContent); // read out, as the question is
+    if (open) showDefinition();
   }
 
   function onImageLoaded() {
@@ -332,7 +334,7 @@
         }
         throw error;
       }
-      say(`Answered ${value ? "yes" : "no"}. Saved. ${fate(result.annotators_needed)}`);
+      say(`Previous image: answered ${value ? "yes" : "no"}. Saved. ${fate(result.annotators_needed)}`);
       if (result.item_done) finishedOne();
       await showAfterAnswers(result);
     });
@@ -357,7 +359,7 @@
         const result = await call("POST", "/flags", { item_id: item.item_id, reason });
         if (!result.discarded) counted(1); // a flag the panel acted on cannot be undone
         say(
-          (reason === "not_natural" ? "Flagged as not a natural photo." : "Flagged as too difficult.") +
+          `Previous image: flagged as ${reason === "not_natural" ? "not a natural photo" : "too difficult"}.` +
           (result.discarded ? " The image is discarded: this flag cannot be undone." : ""),
         );
       } catch (error) {
@@ -365,7 +367,7 @@
           setEnabled(imageLoaded);
           throw error;
         }
-        say(`Not flagged: ${error.message} Here is the next image.`); // decided or discarded meanwhile
+        say(`Previous image not flagged: ${error.message} Here is the next image.`); // decided or discarded meanwhile
       }
       await loadNext();
       await refreshStats();
@@ -382,7 +384,7 @@
         setEnabled(imageLoaded);
         throw error;
       }
-      say("Skipped: no answer recorded. Others label it; it comes back to you only once nothing else is left.");
+      say("Previous image skipped: no answer recorded. Others label it; it comes back to you only once nothing else is left.");
     });
   }
 

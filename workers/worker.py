@@ -358,7 +358,7 @@ class Worker:
         task = job.select
         if task is None:
             raise RuntimeError(f"select job {job.id} came without its task")
-        label = f"select pair {task.classifier_a_id}×{task.classifier_b_id}"
+        label = f"select pair {task.classifier_a_name} × {task.classifier_b_name}"
         self.report(label, 0, 1)
         n_images = task.num_images
         distance = cached_taxonomy(task.taxonomy, task.taxonomy_source).distance_matrix()

@@ -4,14 +4,9 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from pydantic import ValidationError
 from rich.table import Table
 
-from app.classifiers import service
-from app.classifiers.schemas import DataConfig
 from app.cli.common import console, database_session, fail, load_settings
-from app.competitions.service import get_competition_by_name
-from app.jobs.lifecycle import enqueue_classifier
 
 classifiers_app = typer.Typer(
     help="Register the classifiers of a competition and list them.", no_args_is_help=True
@@ -20,6 +15,10 @@ classifiers_app = typer.Typer(
 
 def _data_config(input_size: int | None, crop_pct: float | None, interpolation: str | None) -> dict | None:
     """The preprocessing overlay from the command-line options, validated."""
+    from pydantic import ValidationError
+
+    from app.classifiers.schemas import DataConfig
+
     try:
         config = DataConfig(
             input_size=(3, input_size, input_size) if input_size else None,
@@ -64,6 +63,10 @@ def add(
     stored on error. Workers then compute its predictions and its pair selections with every other ready
     classifier (paper Algorithm 2).
     """
+    from app.classifiers import service
+    from app.competitions.service import get_competition_by_name
+    from app.jobs.lifecycle import enqueue_classifier
+
     sources = [weights is not None, pretrained is not None, predictions is not None]
     if sum(sources) != 1:
         fail("give exactly one of --weights (with --arch), --pretrained or --predictions")
@@ -104,6 +107,9 @@ def list_classifiers(
     ),
 ) -> None:
     """Show a competition's classifiers with their source and status (and the error of a failed one)."""
+    from app.classifiers import service
+    from app.competitions.service import get_competition_by_name
+
     with database_session(load_settings()) as session:
         target = get_competition_by_name(db_session=session, name=competition)
         rows = service.list_classifiers(db_session=session, competition_id=target.id)

@@ -1,18 +1,20 @@
-"""What every CLI command shares: settings, a checked database session, and clear failures."""
+"""What every CLI command shares: settings, a checked database session, and clear failures.
+
+The CLI's modules import only typer, rich and the standard library at their top; each command imports the
+domain it runs in its body, so that `mad --help`, every subcommand's help and argument errors answer at once
+(SQLAlchemy, pydantic, numpy, scipy and torch load only for the command that needs them)."""
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
-from sqlalchemy.orm import Session
 
-from app.db.engine import create_db_engine, create_sessionmaker
-from app.errors import MadError
-from app.migrate import DatabaseNotReady, check_current
-from app.settings import Settings
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from app.settings import Settings
 
 console = Console()
 error_console = Console(stderr=True)
@@ -24,8 +26,12 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
-def load_settings() -> Settings:
+def load_settings() -> "Settings":
     """The settings from the environment, or a clear error naming the bad variable."""
+    from pydantic import ValidationError
+
+    from app.settings import Settings
+
     try:
         return Settings()
     except ValidationError as error:
@@ -37,8 +43,12 @@ def load_settings() -> Settings:
 
 
 @contextmanager
-def database_session(settings: Settings) -> Iterator[Session]:
+def database_session(settings: "Settings") -> Iterator["Session"]:
     """A session on the migrated database, committed on success; MadErrors become clean CLI errors."""
+    from app.db.engine import create_db_engine, create_sessionmaker
+    from app.errors import MadError
+    from app.migrate import DatabaseNotReady, check_current
+
     engine = create_db_engine(settings.sqlalchemy_url)
     try:
         check_current(engine)

@@ -6,9 +6,6 @@ import typer
 from rich.table import Table
 
 from app.cli.common import console, database_session, fail, load_settings
-from app.competitions import service
-from app.competitions.schemas import CompetitionCreate
-from app.images.service import image_counts
 
 competitions_app = typer.Typer(help="Create and list MAD competitions.", no_args_is_help=True)
 
@@ -57,6 +54,9 @@ def create(
     smoothing: float = typer.Option(1.0, help="Laplace pseudo-count α in (correct + α) / (n + 2α)."),
 ) -> None:
     """Create a competition: its label set comes from the taxonomy, in the classifiers' output order."""
+    from app.competitions import service
+    from app.competitions.schemas import CompetitionCreate
+
     kind, source = _taxonomy_spec(taxonomy)
     try:
         spec = CompetitionCreate(
@@ -83,6 +83,9 @@ def create(
 @competitions_app.command("list")
 def list_competitions() -> None:
     """Show every competition with its parameters and image count."""
+    from app.competitions import service
+    from app.images.service import image_counts
+
     with database_session(load_settings()) as session:
         counts = image_counts(db_session=session)
         rows = [

@@ -2,7 +2,7 @@
 
 import typer
 
-from app.cli.common import load_settings
+from app.cli.common import console, load_settings
 
 
 def demo(
@@ -22,6 +22,7 @@ def demo(
     classifiers an admin adds; Ctrl-C stops both. The competition's panel is one annotator, so one person's
     answers move the leaderboard. Running it again reuses everything already there.
     """
+    console.print("[bold]•[/] Loading PyTorch and timm …")  # it takes a while on a busy machine: say so first
     from app.demo.run import DemoOptions, run_demo  # torch and timm load only when the demo runs
 
     run_demo(

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.progress import (
@@ -20,29 +21,11 @@ from rich.progress import (
 from rich.text import Text
 
 from app.cli.common import console, database_session, fail, load_settings
-from app.competitions.service import get_competition_by_name
-from app.images.decode import checking_processes
-from app.images.remote_sources import (
-    ManifestError,
-    UrlReads,
-    bucket_entries,
-    is_bucket_url,
-    is_manifest_name,
-    manifest_entries,
-    read_manifest,
-)
-from app.images.service import ImageLimits, ImportReport, import_entries
-from app.images.sources import (
-    ImportItem,
-    ReadLimits,
-    count_archive_members,
-    count_folder_files,
-    path_entries,
-)
-from app.images.store import ImageStore
-from app.images.url_fetch import AddressPolicy, guarded_client
-from app.jobs.service import enqueue_competition_predictions
-from app.settings import Settings
+
+if TYPE_CHECKING:
+    from app.images.service import ImportReport
+    from app.images.sources import ImportItem
+    from app.settings import Settings
 
 images_app = typer.Typer(help="Import images into a competition's corpus.", no_args_is_help=True)
 
@@ -51,6 +34,8 @@ SHOWN_PER_KIND = 50
 
 def _expected_total(path: Path) -> int | None:
     """How many files the import will look at, when that is cheap to know."""
+    from app.images.sources import count_archive_members, count_folder_files
+
     if path.is_dir():
         return count_folder_files(path)
     if path.is_file():
@@ -78,8 +63,20 @@ class RateColumn(ProgressColumn):
 
 
 @contextmanager
-def _import_source(source: str, settings: Settings) -> Iterator[tuple[Iterable[ImportItem], int | None]]:
+def _import_source(source: str, settings: "Settings") -> Iterator[tuple[Iterable["ImportItem"], int | None]]:
     """The entries of an import source and how many there are when that is cheap to know."""
+    from app.images.remote_sources import (
+        ManifestError,
+        UrlReads,
+        bucket_entries,
+        is_bucket_url,
+        is_manifest_name,
+        manifest_entries,
+        read_manifest,
+    )
+    from app.images.sources import ReadLimits, path_entries
+    from app.images.url_fetch import AddressPolicy, guarded_client
+
     limits = ReadLimits.from_settings(settings)
     if is_bucket_url(source):
         try:
@@ -136,6 +133,12 @@ def import_images(
     files are read, downloaded or decoded, and a re-run skips the files an earlier run imported without
     reading them: an interrupted import can simply be run again.
     """
+    from app.competitions.service import get_competition_by_name
+    from app.images.decode import checking_processes
+    from app.images.service import ImageLimits, import_entries
+    from app.images.store import ImageStore
+    from app.jobs.service import enqueue_competition_predictions
+
     settings = load_settings()
     limits = ImageLimits(settings.max_image_bytes, settings.max_image_pixels, settings.thumbnail_size)
     columns = (
@@ -156,7 +159,7 @@ def import_images(
         target = get_competition_by_name(db_session=session, name=competition)
         task = progress.add_task("import", total=total)
 
-        def show_progress(partial: ImportReport) -> None:
+        def show_progress(partial: "ImportReport") -> None:
             progress.update(task, completed=partial.processed)
 
         result = import_entries(

@@ -5,8 +5,6 @@ from pathlib import Path
 import typer
 
 from app.cli.common import console, database_session, load_settings
-from app.competitions.service import get_competition_by_name
-from app.release.bundle import read_as_one_snapshot, refuse_unusable_destination, write_release
 
 
 def release(
@@ -23,6 +21,9 @@ def release(
     (annotators pseudonymised), predictions, the leaderboard and its snapshots as Parquet tables, and a
     dataset card README.md in the Hugging Face datasets format. The bundle is written to a temporary
     directory beside --out and renamed into place at the end, so a failure leaves nothing behind."""
+    from app.competitions.service import get_competition_by_name
+    from app.release.bundle import read_as_one_snapshot, refuse_unusable_destination, write_release
+
     settings = load_settings()
     with database_session(settings) as session:
         read_as_one_snapshot(session)

@@ -1,12 +1,14 @@
 """`mad simulate`: simulated MAD competitions with known accuracies; how well is the ranking recovered?"""
 
 import json
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from app.core.simulate import SimulationConfig, SimulationStudy, run_study
+if TYPE_CHECKING:
+    from app.core.simulate import SimulationStudy
 
 
 def simulate(
@@ -17,6 +19,8 @@ def simulate(
     json_output: bool = typer.Option(False, "--json", help="Print the whole study as JSON."),
 ) -> None:
     """Run selection → labelling → Perron rank on simulated classifiers and report SRCC with the truth."""
+    from app.core.simulate import SimulationConfig, run_study
+
     study = run_study(SimulationConfig(classifiers=classifiers, k=k, noise=noise, seeds=seeds))
     if json_output:
         typer.echo(json.dumps(study.to_dict(), indent=2))
@@ -24,7 +28,7 @@ def simulate(
         print_study(study)
 
 
-def print_study(study: SimulationStudy) -> None:
+def print_study(study: "SimulationStudy") -> None:
     """True accuracy and rank of each simulated classifier beside its recovered rank per seed."""
     table = Table(title=f"Simulated MAD competitions on {study.taxonomy}")
     table.add_column("model", justify="right")

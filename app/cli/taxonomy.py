@@ -2,12 +2,8 @@
 
 from pathlib import Path
 
-import numpy as np
 import typer
 from rich.console import Console
-
-from app.core.taxonomy import TaxonomyError
-from app.core.taxonomy_sources import load_taxonomy
 
 taxonomy_app = typer.Typer(
     help="Class taxonomies (ImageNet-1k, ImageNet-A, custom files) and their MAD distance matrices.",
@@ -21,6 +17,11 @@ def matrix(
     out: Path = typer.Option(..., "--out", "-o", help="File to write the C×C float64 matrix to (.npy)."),
 ) -> None:
     """Write d(a, b) for every pair of classes as float64 .npy, rows and columns in model output order."""
+    import numpy as np
+
+    from app.core.taxonomy import TaxonomyError
+    from app.core.taxonomy_sources import load_taxonomy
+
     try:
         chosen = load_taxonomy(taxonomy)
     except TaxonomyError as error:

@@ -4,9 +4,7 @@ import typer
 from rich.table import Table
 
 from app.cli.common import console, database_session, fail, load_settings
-from app.labelling.annotators import deactivate as deactivate_account
-from app.users import invitations, service
-from app.users.models import Role
+from app.users.enums import Role
 
 users_app = typer.Typer(
     help="Add admin, annotator and worker accounts; invite people; set passwords, deactivate accounts; "
@@ -27,6 +25,8 @@ def add_user(
     token: bool = typer.Option(False, "--token", help="Also issue an API token and print it (once)."),
 ) -> None:
     """Create an account. Admins and annotators sign in with the password; scripts and workers use a token."""
+    from app.users import service
+
     if password is None and role != Role.worker:
         password = typer.prompt("Password", hide_input=True, confirmation_prompt=True)
     with database_session(load_settings()) as session:
@@ -41,13 +41,15 @@ def add_user(
 def invite(
     role: Role = typer.Option(Role.annotator, help="The account's role: annotator or admin."),
     note: str = typer.Option("", help="Whom the link is for (shown in the admin page's list)."),
-    hours: int = typer.Option(72, help=f"Hours the link stays valid (1 to {invitations.MAX_VALID_HOURS})."),
+    hours: int = typer.Option(72, help="Hours the link stays valid (at most 30 days: 720)."),
     base_url: str = typer.Option(
         "http://127.0.0.1:8000", help="The address people reach this service at, for the link."
     ),
 ) -> None:
     """Print a one-time link with which a person sets their own username and password (only a hash of it
     is stored: it is shown once)."""
+    from app.users import invitations
+
     with database_session(load_settings()) as session:
         invitation, token = invitations.create_invitation(
             db_session=session, role=role, note=note, valid_hours=hours, created_by=None
@@ -73,6 +75,8 @@ def issue_token(
 ) -> None:
     """Issue a new API token for an existing account and print it (it is shown once: only its hash is
     stored)."""
+    from app.users import service
+
     with database_session(load_settings()) as session:
         user = service.get_user_by_name(db_session=session, username=username)
         issued = service.create_api_token(db_session=session, user=user, name=name)
@@ -84,6 +88,8 @@ def list_tokens(
     username: str = typer.Argument(None, help="Whose tokens; every account's when omitted."),
 ) -> None:
     """Show API tokens: id (for `mad users token revoke`), account, name, when made and last used."""
+    from app.users import service
+
     with database_session(load_settings()) as session:
         user = service.get_user_by_name(db_session=session, username=username) if username else None
         tokens = service.list_api_tokens(db_session=session, user=user)
@@ -102,6 +108,8 @@ def revoke_token(
     token_id: int = typer.Argument(..., help="The token's id, from `mad users token list`."),
 ) -> None:
     """Revoke one API token: it works no more, the account's other tokens go on working."""
+    from app.users import service
+
     with database_session(load_settings()) as session:
         token = service.revoke_api_token(db_session=session, token_id=token_id)
         owner = service.get_user(db_session=session, user_id=token.user_id).username
@@ -116,6 +124,8 @@ def set_password(
 ) -> None:
     """Set a new password for an admin or annotator (when they forgot theirs, or it leaked); tell it to
     them. Their sessions end, and their API tokens are revoked unless --keep-tokens."""
+    from app.users import service
+
     if password is None:
         password = typer.prompt("New password", hide_input=True, confirmation_prompt=True)
     with database_session(load_settings()) as session:
@@ -133,6 +143,9 @@ def deactivate(
     """Stop an account: it can no longer sign in or label, its API tokens are revoked (kept with
     --keep-tokens, they work again once it is reactivated), and the images it was labelling go to others at
     once. `mad users reactivate` undoes it; its votes keep counting unless excluded."""
+    from app.labelling.annotators import deactivate as deactivate_account
+    from app.users import service
+
     with database_session(load_settings()) as session:
         user = service.get_user_by_name(db_session=session, username=username)
         revoked = 0 if keep_tokens else len(service.list_api_tokens(db_session=session, user=user))
@@ -143,6 +156,8 @@ def deactivate(
 @users_app.command("reactivate")
 def reactivate(username: str = typer.Argument(..., help="Whose account.")) -> None:
     """Let a deactivated account sign in and use its tokens again."""
+    from app.users import service
+
     with database_session(load_settings()) as session:
         user = service.get_user_by_name(db_session=session, username=username)
         service.set_active(db_session=session, user=user, is_active=True)
@@ -157,6 +172,8 @@ def _revoked(tokens: int) -> str:
 @users_app.command("list")
 def list_users() -> None:
     """Show every account with its role and whether it is active."""
+    from app.users import service
+
     with database_session(load_settings()) as session:
         users = service.list_users(db_session=session)
         table = Table("id", "username", "role", "active")

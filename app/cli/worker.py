@@ -9,12 +9,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from app.cli.common import console, database_session, fail, load_settings
-from app.competitions.service import get_competition_by_name
-from app.jobs import service as jobs_service
-from app.jobs.enums import JobStatus
-from app.jobs.progress import competition_progress
-from app.users import service as users_service
-from workers.client import ServiceError
 
 
 @contextmanager
@@ -27,6 +21,7 @@ def _service(url: str | None, token: str | None) -> Iterator[tuple[str, str]]:
         return
     from app.main import create_app  # the web app loads only when this machine serves itself
     from app.serving import serve_in_thread
+    from app.users import service as users_service
 
     settings = load_settings()
     with database_session(settings) as session:
@@ -60,6 +55,7 @@ def worker(
     machine's database privately and works on it. Ctrl-C stops; unfinished jobs are taken over by other
     workers when their lease expires.
     """
+    from workers.client import ServiceError
     from workers.worker import WorkerOptions, run_worker  # torch loads only when a worker runs
 
     options = WorkerOptions(
@@ -101,6 +97,11 @@ def jobs(
 ) -> None:
     """Progress of a competition: images predicted per classifier, pairs selected, jobs by status, errors,
     and the workers seen lately (with a warning when none has been seen for a job lease)."""
+    from app.competitions.service import get_competition_by_name
+    from app.jobs import service as jobs_service
+    from app.jobs.enums import JobStatus
+    from app.jobs.progress import competition_progress
+
     settings = load_settings()
     with database_session(settings) as session:
         target = get_competition_by_name(db_session=session, name=competition)

@@ -24,11 +24,13 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from importlib.resources import files
 
 import httpx
 import numpy as np
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -62,6 +64,14 @@ SIMULATED_COMPETITION = "digits-simulated"
 """--simulate labels its own competition (same digits and weights) with the paper's panel of 5, so that the
 simulated panel's agreement can be measured; the people's competition keeps its panel of one."""
 SIMULATED_PANEL_SIZE = 5
+DESCRIPTION = (
+    "Five timm classifiers trained briefly on small slices of the UCI digits. Label it yourself: its panel"
+    " is one annotator, so each of your answers decides its question and moves the leaderboard."
+)
+SIMULATED_DESCRIPTION = (
+    "The same digits and classifiers, labelled by five simulated annotators (5 % noise) with the paper's"
+    " panel of 5: a finished competition to read."
+)
 DEMO_CLASSIFIERS = (  # (timm architecture, share of the digits it trains on): capacity and data grow together
     ("lcnet_035", 0.011),
     ("mobilenetv3_small_050", 0.022),
@@ -110,14 +120,16 @@ def digits_taxonomy_text() -> str:
 def ensure_competition(session: Session, simulate: bool) -> Competition:
     """The digits competition, made on first run (k = 20 per pair, at most 4 images per predicted digit):
     people label 'digits' with a panel of one, simulated annotators 'digits-simulated' with a panel of 5."""
-    name, panel_size = (
-        (SIMULATED_COMPETITION, SIMULATED_PANEL_SIZE) if simulate else (COMPETITION, DEMO_PANEL_SIZE)
+    name, panel_size, description = (
+        (SIMULATED_COMPETITION, SIMULATED_PANEL_SIZE, SIMULATED_DESCRIPTION)
+        if simulate
+        else (COMPETITION, DEMO_PANEL_SIZE, DESCRIPTION)
     )
     competition = session.scalar(select(Competition).where(Competition.name == name))
     if competition is None:
         spec = CompetitionCreate(
             name=name,
-            description="Five timm classifiers trained briefly on small slices of the UCI digits.",
+            description=description,
             taxonomy="custom",
             taxonomy_source=digits_taxonomy_text(),
             k=20,
@@ -170,7 +182,8 @@ def training_split(corpus: DigitsCorpus) -> tuple[list[np.ndarray], np.ndarray]:
 def ensure_classifiers(
     session: Session, settings: Settings, competition: Competition, corpus: DigitsCorpus, options: DemoOptions
 ) -> None:
-    """Train each architecture on its slice (weights cached in the data dir) and register it like an admin."""
+    """Train each architecture on its slice (weights cached in the data dir) and register it like an admin,
+    with a line per model as it starts and ends (a bar of its steps in a terminal)."""
     slices, held_out = training_split(corpus)
     registered = {
         c.name
@@ -181,15 +194,20 @@ def ensure_classifiers(
             continue
         weights = settings.data_dir / "demo-weights" / f"{architecture}.safetensors"
         if not weights.exists():
+            model_number = f"{seed + 1} of {len(DEMO_CLASSIFIERS)}"
+            console.print(f"  training {architecture} ({model_number}) on {len(indices)} digits …")
             started = time.monotonic()
-            model = train_classifier(
-                architecture,
-                [corpus.paths[i] for i in indices],
-                corpus.digits[indices],
-                DATA_CONFIG,
-                steps=options.training_steps,
-                seed=seed,
-            )
+            with training_progress() as progress:
+                steps = progress.add_task(architecture, total=options.training_steps)
+                model = train_classifier(
+                    architecture,
+                    [corpus.paths[i] for i in indices],
+                    corpus.digits[indices],
+                    DATA_CONFIG,
+                    steps=options.training_steps,
+                    seed=seed,
+                    on_step=partial(progress.advance, steps),
+                )
             save_weights(model, weights)
             console.print(
                 f"  trained {architecture} on {len(indices)} digits in {time.monotonic() - started:.1f} s"
@@ -208,6 +226,12 @@ def ensure_classifiers(
             reported_accuracy=round(100 * accuracy, 2),
         )
         enqueue_classifier(db_session=session, settings=settings, classifier=classifier)
+
+
+def training_progress() -> Progress:
+    """A bar of one model's training steps, gone when it ends (shown only in a terminal)."""
+    columns = (TextColumn("    {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    return Progress(*columns, console=console, transient=True, disable=not console.is_terminal)
 
 
 def true_accuracies(
@@ -293,14 +317,14 @@ def simulate_labelling(settings: Settings, competition: Competition, corpus: Dig
         return response.json()
 
 
-def print_leaderboard(leaderboard: dict, accuracies: dict[str, float]) -> float:
+def print_leaderboard(competition_name: str, leaderboard: dict, accuracies: dict[str, float]) -> float:
     """The MAD leaderboard beside each classifier's true held-out accuracy; returns SRCC of the two ranks."""
     rows = sorted(leaderboard["classifiers"], key=lambda row: row["mad_rank"])
     true_rank = {
         name: rank
         for rank, name in enumerate(sorted(accuracies, key=accuracies.__getitem__, reverse=True), 1)
     }
-    table = Table(title="MAD leaderboard of the digits competition")
+    table = Table(title=f"MAD leaderboard of the competition {competition_name!r}")
     for column in ("MAD rank", "classifier", "score", "interval", "true acc.", "true rank"):
         table.add_column(column, justify="right", no_wrap=True)
     for row in rows:
@@ -430,7 +454,7 @@ def run_demo(settings: Settings, options: DemoOptions) -> None:
     with _sessions(settings)() as session:
         accuracies = true_accuracies(session, settings, session.merge(competition), corpus)
         alpha = competition_quality(db_session=session, competition=session.merge(competition)).alpha
-    correlation = print_leaderboard(leaderboard, accuracies)
+    correlation = print_leaderboard(competition.name, leaderboard, accuracies)
     console.print(f"Total {time.monotonic() - prepared.started:.0f} s.")
     agreement = "undefined" if alpha is None else f"{alpha:.3f}"
     console.print(f"SRCC(MAD rank, true accuracy rank) = {correlation:.3f} · agreement α = {agreement}")

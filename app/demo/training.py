@@ -1,5 +1,7 @@
 """Briefly training timm classifiers on small slices of the digits, with the preprocessing inference uses."""
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +15,22 @@ from workers.inference import uint8_transform
 
 BATCH_SIZE = 32
 LEARNING_RATE = 3e-3
+DEMO_THREADS = 1
+"""The demo trains and checks its models on one intra-op thread: they and their batches are tiny (16 px, 32
+images a training step), so a second thread mostly waits at its barriers, and on a machine busy with other
+work those waits made training 21 times slower (benchmarks/demo_training.py, 20 steps a model: 29 s on one
+thread, 601 s on two; 2 cores at load average ~13)."""
+
+
+@contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """torch's intra-op thread count set to `count` inside the block, restored after it."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _decoded(path: Path) -> Image.Image:
@@ -32,6 +50,7 @@ def preprocess(paths: list[Path], data_config: dict) -> torch.Tensor:
     return (images - mean) / std
 
 
+@torch_threads(DEMO_THREADS)
 def train_classifier(
     architecture: str,
     paths: list[Path],
@@ -40,8 +59,10 @@ def train_classifier(
     *,
     steps: int,
     seed: int,
+    on_step: Callable[[], None] = lambda: None,
 ) -> torch.nn.Module:
-    """A randomly initialised timm model trained with AdamW for `steps` mini-batches on the given images."""
+    """A randomly initialised timm model trained with AdamW for `steps` mini-batches on the given images;
+    on_step is called after each."""
     torch.manual_seed(seed)
     model = timm.create_model(architecture, num_classes=10, pretrained_cfg_overlay=data_config_overlay)
     data_config = timm.data.resolve_model_data_config(model)
@@ -55,6 +76,7 @@ def train_classifier(
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+        on_step()
     recalibrate_batch_norm(model, inputs)
     return model.eval()
 
@@ -66,6 +88,7 @@ def recalibrate_batch_norm(model: torch.nn.Module, inputs: torch.Tensor) -> None
         torch.optim.swa_utils.update_bn([inputs], model)
 
 
+@torch_threads(DEMO_THREADS)
 def held_out_accuracy(model: torch.nn.Module, paths: list[Path], digits: np.ndarray) -> float:
     """Top-1 accuracy of a model on images it was not trained on, in the preprocessing of inference."""
     inputs = preprocess(paths, timm.data.resolve_model_data_config(model))

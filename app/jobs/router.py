@@ -79,7 +79,9 @@ def _claimed(db_session, job: Job) -> ClaimedJob:
     else:
         claimed.select = SelectTask(
             classifier_a_id=job.classifier_id,
+            classifier_a_name=db_session.get_one(Classifier, job.classifier_id).name,
             classifier_b_id=job.classifier_b_id,
+            classifier_b_name=db_session.get_one(Classifier, job.classifier_b_id).name,
             num_images=competition_image_count(db_session=db_session, competition_id=competition.id),
             k=competition.k,
             reserve_size=competition.k,

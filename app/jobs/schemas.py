@@ -45,7 +45,9 @@ class SelectTask(BaseModel):
     """Select the top-k discrepancy images of a pair over ordinals 0..num_images-1 (Algorithm 1)."""
 
     classifier_a_id: int
+    classifier_a_name: str
     classifier_b_id: int
+    classifier_b_name: str
     num_images: int
     k: int
     reserve_size: int

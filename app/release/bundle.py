@@ -5,8 +5,8 @@ leaderboard and the labels it comes from agree) and written as Parquet into a te
 the destination, which is renamed into place at the end: a failure leaves no bundle, never half of one.
 """
 
+import secrets
 import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -74,7 +74,8 @@ def write_release(
         raise InvalidInput(DEVELOPMENT_KEY_REFUSED)
     refuse_unusable_destination(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    staging = out.parent / f".{out.name}-{secrets.token_hex(8)}"
+    staging.mkdir()  # as readable as any new directory (0755 under the usual umask), not mkdtemp's 0700
     try:
         rows = _write_tables(db_session, competition, settings, staging)
         alpha = competition_quality(db_session=db_session, competition=competition).alpha

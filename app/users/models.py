@@ -2,20 +2,12 @@
 
 import unicodedata
 from datetime import datetime
-from enum import StrEnum
 
 from sqlalchemy import ForeignKey, Index, String
 from sqlalchemy.orm import Mapped, mapped_column, validates
 
 from app.db.base import Base, str_enum, utcnow
-
-
-class Role(StrEnum):
-    """What an account may do: admins run competitions, annotators label, workers run jobs."""
-
-    admin = "admin"
-    annotator = "annotator"
-    worker = "worker"
+from app.users.enums import Role  # its home is app/users/enums.py; imported from here as well
 
 
 def username_key(username: str) -> str:

@@ -2,6 +2,7 @@
 `make demo ARGS=--simulate` on what is there: HTTP labelling by a simulated panel of 5, leaderboard, SRCC and
 the agreement α of the simulated panel."""
 
+import html
 import re
 
 from fastapi.testclient import TestClient
@@ -10,7 +11,7 @@ from typer.testing import CliRunner
 
 from app.cli.main import app as cli
 from app.db.engine import create_db_engine, create_sessionmaker
-from app.demo.run import DEMO_CLASSIFIERS, DemoOptions, prepare_demo
+from app.demo.run import DEMO_CLASSIFIERS, DESCRIPTION, SIMULATED_DESCRIPTION, DemoOptions, prepare_demo
 from app.main import create_app
 from app.settings import Settings
 from app.users import service as users_service
@@ -64,7 +65,9 @@ def test_one_annotator_moves_the_small_demo_and_the_simulation_reuses_what_exist
     prepared = prepare_demo(settings, DemoOptions(images=300, training_steps=15))
     printed = capsys.readouterr().out
     assert "300 added" in printed
-    assert re.search(r"trained resnet18 on \d+ digits", printed)
+    for number, (architecture, _share) in enumerate(DEMO_CLASSIFIERS, 1):  # a line as each model starts
+        started = printed.index(f"training {architecture} ({number} of {len(DEMO_CLASSIFIERS)}) on ")
+        assert re.search(rf"trained {architecture} on \d+ digits", printed[started:])
     competition = prepared.competition
     assert competition.panel_size == 1  # one person decides questions in the demo (5 elsewhere)
 
@@ -89,6 +92,7 @@ def test_one_annotator_moves_the_small_demo_and_the_simulation_reuses_what_exist
     simulated = CliRunner().invoke(cli, arguments, env=env, catch_exceptions=False)
     assert simulated.exit_code == 0, simulated.output
     assert "competition 'digits-simulated'" in simulated.output
+    assert "MAD leaderboard of the competition 'digits-simulated'" in simulated.output
     assert "trained" not in simulated.output, "the weights trained for people are reused"
     line = r"^SRCC\(MAD rank, true accuracy rank\) = (-?[01]\.\d{3}) · agreement α = (-?[01]\.\d{3})$"
     match = re.search(line, simulated.output, re.MULTILINE)
@@ -99,3 +103,10 @@ def test_one_annotator_moves_the_small_demo_and_the_simulation_reuses_what_exist
     assert again.exit_code == 0, again.output
     assert "0 added" in again.output and "trained" not in again.output and "0 jobs run" in again.output
     assert re.search(r"^SRCC\(MAD rank, true accuracy rank\) = ", again.output, re.MULTILINE)
+
+    listed = CliRunner().invoke(cli, ["competitions", "list"], env=env)  # the README's MAD_DATA_DIR=demo-data
+    assert listed.exit_code == 0 and {"digits", "digits-simulated"} <= set(listed.output.split())
+    with TestClient(create_app(settings)) as client:  # the home page tells the two competitions apart
+        cards = re.findall(r'<li class="card">\s*<h3>([\w-]+)</h3>\s*<p>([^<]+)</p>', client.get("/").text)
+    shown = {name: html.unescape(" ".join(text.split())) for name, text in cards}
+    assert shown == {"digits": DESCRIPTION, "digits-simulated": SIMULATED_DESCRIPTION}

@@ -1,5 +1,6 @@
 """The `mad` command line against a real database: setup, accounts, competitions, image import."""
 
+import json
 import os
 import subprocess
 import sys
@@ -174,3 +175,42 @@ def test_the_cli_and_the_server_start_without_torch():
     check = "import sys, app.cli.main, app.main; print(sorted({'torch', 'timm'} & set(sys.modules)))"
     result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+EVERY_HELP_AND_AN_ARGUMENT_ERROR = """
+import contextlib, io, json, sys
+import typer
+from app.cli.main import app
+
+def paths(command, prefix):
+    yield prefix
+    for name, sub in getattr(command, "commands", {}).items():
+        yield from paths(sub, [*prefix, name])
+
+runs = [[*path, "--help"] for path in paths(typer.main.get_command(app), [])]
+runs += [["classifiers", "add"], ["users", "add", "x", "--role", "nobody"], ["demo", "--images", "3"]]
+codes = {}
+for args in runs:
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            app(args)
+        except SystemExit as exit:
+            codes[" ".join(args)] = exit.code
+print(json.dumps({"codes": codes, "loaded": sorted({name.split(".")[0] for name in sys.modules})}))
+"""
+
+
+def test_help_and_argument_errors_load_no_heavy_package():
+    """`mad --help`, every subcommand's help and argument errors answer at once: torch, the database layer
+    and numpy load only in the command that needs them (each command imports its domain). Typer itself
+    loads pydantic to read a command's parameters."""
+    run = subprocess.run(
+        [sys.executable, "-c", EVERY_HELP_AND_AN_ARGUMENT_ERROR], capture_output=True, text=True, check=True
+    )
+    report = json.loads(run.stdout)
+    helps = {args: code for args, code in report["codes"].items() if args.endswith("--help")}
+    assert len(helps) >= 25 and set(helps.values()) == {0}, helps
+    assert report["codes"]["classifiers add"] == 2 and report["codes"]["demo --images 3"] == 2
+    assert report["codes"]["users add x --role nobody"] == 2
+    heavy = {"torch", "timm", "numpy", "scipy", "sqlalchemy", "alembic", "PIL", "httpx", "fastapi"}
+    assert heavy & set(report["loaded"]) == set()

@@ -119,7 +119,8 @@ def test_mad_worker_alone_predicts_and_selects_every_pair(live_settings, live_se
         stored = assert_subsets_are_algorithm_1(session, live_settings, competition_id)
         ids = [c.id for c in classifiers]
         assert list(stored) == [(ids[0], ids[1]), (ids[0], ids[2]), (ids[1], ids[2])]
-        last_bar = rf"^select pair {ids[1]}×{ids[2]} ━+ 1/1 "  # the progress bar as the last job left it
+        names = [re.escape(c.name) for c in classifiers]
+        last_bar = rf"^select pair {names[1]} × {names[2]} ━+ 1/1 "  # the bar the last job left, by names
         assert re.search(last_bar, result.output, re.MULTILINE), result.output
         asked = set(session.execute(select(Question.image_id, Question.class_index)).all())
         image_of = dict(session.execute(select(CompetitionImage.ordinal, CompetitionImage.image_id)).all())
@@ -192,7 +193,7 @@ def test_a_classifier_added_later_gets_only_its_new_pairs_algorithm_2(
             for start in range(0, n_images, SHARD)
         ),
         *(
-            (f"select pair {a.id}×{b.id}", 1, 1)
+            (f"select pair {a.name} × {b.name}", 1, 1)
             for a, b in ((first[0], first[1]), (first[0], first[2]), (first[1], first[2]))
         ),
     }

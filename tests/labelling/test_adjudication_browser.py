@@ -1,6 +1,6 @@
 """The adjudication review queue in headless Chromium: at laptop and phone sizes axe-core finds no violation
-and nothing scrolls sideways; an admin overturns a split decision from the keyboard, with a reason, and the
-question's outcome (what the leaderboard counts) changes."""
+and nothing scrolls sideways or is clipped; an admin overturns a split decision from the keyboard, with a
+reason, and the question's outcome (what the leaderboard counts) changes."""
 
 from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
@@ -16,6 +16,7 @@ from tests.conftest import make_user
 from tests.labelling.contested import contested_competition
 from tests.support.axe import axe_violations
 from tests.support.browser import PAGE_TIMEOUT_S, sign_in
+from tests.support.layout import cut_off
 from tests.web.conftest import LAPTOP, PHONE, use_screen
 
 
@@ -35,6 +36,7 @@ def test_adjudication_review_queue_in_the_browser(live_server, browser):
         assert len(tiles) == 3 and "Split decision" in tiles[0].text and "3 yes to 2 no" in tiles[0].text
         assert "Discarded as too difficult" in tiles[1].text and "Not a natural photo" in tiles[2].text
         assert axe_violations(browser) == []
+        assert cut_off(browser, "#review-queue label, #review-queue button") == [], screen  # none clipped
         assert (
             browser.execute_script(
                 "return document.documentElement.scrollWidth - document.documentElement.clientWidth"

@@ -337,8 +337,9 @@ def test_the_label_page_sends_signed_out_visitors_to_sign_in(client, competition
 
 def test_the_label_page_shows_its_keys_and_live_question(client, competition, annotator):
     _sign_in(client, annotator.username)
-    home = client.get("/").text
-    assert f'href="/competitions/{competition.id}/label"' in home
+    home = client.get("/").text  # nothing to label yet: the card says so, with no Label button
+    assert "Nothing left for you to label" in home
+    assert f'href="/competitions/{competition.id}/label"' not in home
     page = client.get(f"/competitions/{competition.id}/label")
     assert page.status_code == 200
     html = page.text

@@ -89,6 +89,8 @@ def test_label_with_the_keyboard_undo_and_flag(live_server, browser):
     second_question = browser.find_element(By.ID, "question").text
     press(browser, "n")  # the image's last answer: both are sent, the next image comes without a reload
     wait_for_text(browser, "status", "Saved")
+    status = browser.find_element(By.ID, "status").text
+    assert status.startswith("Previous image: answered no."), "about the image answered, not the one shown"
     wait_for_text(browser, "answered-today", "2")
     second_image = shown_image(browser)
     assert second_image != first_image
@@ -103,10 +105,10 @@ def test_label_with_the_keyboard_undo_and_flag(live_server, browser):
     assert shown_image(browser) == second_image
 
     press(browser, "d")  # the second image is too difficult
-    wait_for_text(browser, "status", "Flagged as too difficult")
+    wait_for_text(browser, "status", "Previous image: flagged as too difficult")
     third_image = shown_image(browser)
     press(browser, "p")  # the third is not a natural photo
-    wait_for_text(browser, "status", "Flagged as not a natural photo")
+    wait_for_text(browser, "status", "Previous image: flagged as not a natural photo")
 
     with live_server.sessions() as db_session:
         alice = db_session.scalar(select(User).where(User.username == "alice"))

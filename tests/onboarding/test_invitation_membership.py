@@ -110,3 +110,24 @@ def test_the_caller_query_reads_the_membership_with_the_caller(
     assert not may_label(annotator)
     add_member(db_session=db_session, competition=competition, user=annotator)
     assert may_label(annotator)
+
+
+def test_the_admin_page_says_who_members_only_would_lock_out(
+    client, db_session, competition, admin, annotator
+):
+    """Turning "members only" on with annotators who are not members warns, naming them, before and in the
+    confirmation; once they are members (or it is on) there is nothing to warn about."""
+    bea = make_user(db_session, "bea", Role.annotator)
+    sign_in(client, admin.username)
+    page = client.get(f"/admin/competitions/{competition.id}").text
+    warning = re.search(r'id="members-only-warning">(.+?)</p>', page, re.DOTALL).group(1)
+    assert "lock out 2 annotators" in " ".join(warning.split())
+    assert annotator.username in warning and "bea" in warning
+    confirm = re.search(r'id="members-only"\s+data-confirm="([^"]+)"', page).group(1)
+    assert annotator.username in confirm and "bea" in confirm
+
+    for user in (annotator, bea):
+        add_member(db_session=db_session, competition=competition, user=user)
+    db_session.commit()
+    page = client.get(f"/admin/competitions/{competition.id}").text
+    assert "members-only-warning" not in page and "data-confirm" not in page

@@ -3,6 +3,8 @@ annotators are pseudonymised, and a destination that is not empty is refused wit
 
 import hashlib
 import hmac
+import os
+import stat
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -176,9 +178,15 @@ def test_release_command_writes_a_bundle_and_refuses_to_overwrite_it(tmp_path, f
     assert development.exit_code == 1 and "public development key" in development.output
     assert "MAD_SECRET_KEY" in development.output and not out.exists()
     env["MAD_SECRET_KEY"] = TEST_SECRET_KEY
-    first = runner.invoke(cli, ["release", "-c", "digits", "--out", str(out)], env=env)
+    usual = os.umask(0o022)  # the usual umask: a bundle made to publish is readable by all
+    try:
+        first = runner.invoke(cli, ["release", "-c", "digits", "--out", str(out)], env=env)
+    finally:
+        os.umask(usual)
     assert first.exit_code == 0, first.output
     assert "Wrote the release of digits" in first.output and (out / "README.md").is_file()
+    assert stat.S_IMODE(out.stat().st_mode) == 0o755
+    assert {stat.S_IMODE(path.stat().st_mode) for path in out.iterdir()} == {0o644}
     again = runner.invoke(cli, ["release", "-c", "digits", "--out", str(out)], env=env)
     assert again.exit_code == 1 and "not empty" in again.output
     unknown = runner.invoke(cli, ["release", "-c", "nope", "--out", str(tmp_path / "other")], env=env)

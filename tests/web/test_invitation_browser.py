@@ -18,6 +18,7 @@ from app.users.models import Role
 from tests.conftest import TEST_PASSWORD, DatabaseFactory
 from tests.support.axe import axe_violations
 from tests.support.browser import PAGE_TIMEOUT_S, chromium, serving, sign_in, wait_for_reload
+from tests.support.layout import cut_off
 from tests.web.conftest import LAPTOP, PHONE, use_screen
 
 NEW_PASSWORD = "my own passphrase 9"
@@ -61,11 +62,27 @@ def test_a_person_joins_through_an_invitation_link(tmp_path):
             driver, PAGE_TIMEOUT_S, ignored_exceptions=(StaleElementReferenceException,)
         ).until(shown_link)
         assert "dana at the lab" in driver.find_element(By.ID, "invitations-table").text
+        for screen in (PHONE, LAPTOP):  # the one-time link is whole within its box, beside its Copy button
+            use_screen(driver, screen)
+            assert cut_off(driver, "#invite-link .copy-value, #invite-link .copy-field button") == [], screen
+        assert driver.find_element(By.CSS_SELECTOR, "#invite-link .copy-value").text == link
+        driver.execute_cdp_cmd(
+            "Browser.grantPermissions",
+            {"origin": server.url, "permissions": ["clipboardReadWrite", "clipboardSanitizedWrite"]},
+        )
+        driver.find_element(By.CSS_SELECTOR, "#invite-link .copy-field button").click()
+        wait.until(expected_conditions.text_to_be_present_in_element(INVITE_STATUS, "Copied."))
+        copied = driver.execute_async_script(
+            "const done = arguments[0]; navigator.clipboard.readText().then(done, (e) => done(String(e)));"
+        )
+        assert copied == link
         for screen in (LAPTOP, PHONE):
             use_screen(driver, screen)
             for path in ("/admin", f"/admin/competitions/{competition_id}"):
                 driver.get(server.url + path)
                 assert axe_violations(driver) == [], (path, screen)
+            driver.get(server.url + "/admin")  # every link and button of the admin's start page is on screen
+            assert cut_off(driver, "main a, main button, main summary") == [], screen
 
         driver.delete_all_cookies()
         for screen in (PHONE, LAPTOP):

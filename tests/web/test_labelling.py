@@ -224,8 +224,13 @@ def test_a_definition_is_one_key_away_and_skipping_hands_the_image_back(labellin
     guidelines = driver.find_element(By.PARTIAL_LINK_TEXT, "Guidelines")
     assert guidelines.get_dom_attribute("href") == f"/competitions/{labelling.competition_id}/guidelines"
     assert not driver.find_element(By.ID, "definition-box").is_displayed()
+    buttons = ("answer-yes", "answer-no", "flag", "define")
+    buttons_at = {button: driver.find_element(By.ID, button).rect for button in buttons}
     press(driver, "i")
     definition = driver.find_element(By.ID, "definition").text
+    moved = [button for button, rect in buttons_at.items() if driver.find_element(By.ID, button).rect != rect]
+    assert moved == [], "opening the definition moves no button from under the pointer"
+    assert definition and definition not in text_of(driver, "status"), "the definition is shown once"
     name = re.fullmatch(r"Does this image contain an? (.+)\?", driver.find_element(By.ID, "question").text)[1]
     digits = load_taxonomy(str(DIGITS_FILE))
     index = digits.names.index(name)
@@ -238,7 +243,7 @@ def test_a_definition_is_one_key_away_and_skipping_hands_the_image_back(labellin
 
     skipped = shown(driver)
     press(driver, "s")
-    wait_for_text(driver, "status", "Skipped: no answer recorded.")
+    wait_for_text(driver, "status", "Previous image skipped: no answer recorded.")
     assert shown(driver) != skipped
     assert votes_of(labelling, "reader") == []  # the first answer was never sent
     with labelling.server.sessions() as db_session:
@@ -306,6 +311,7 @@ def test_an_empty_queue_says_so_once_counts_zero_and_leads_on(labelling, driver)
     for labelled in range(1, left + 1):  # the counter follows every image, not every tenth
         answer_image(driver)
         assert "1 more annotator needed before it counts on the leaderboard." in text_of(driver, "status")
+        assert text_of(driver, "status").startswith("Previous image: "), "the status is not about this image"
         wait_for_text(driver, "images-left", str(left - labelled))
 
     wait_for_text(driver, "question", "Nothing is left for you to label here")
@@ -336,6 +342,12 @@ def test_an_empty_queue_says_so_once_counts_zero_and_leads_on(labelling, driver)
     }
     assert "Nothing left for you to label" in cards["solo"]
     assert "2 images left for you to label" in cards["elsewhere"]
+    label_buttons = {
+        card.find_element(By.TAG_NAME, "h3").text
+        for card in driver.find_elements(By.CSS_SELECTOR, ".card")
+        if card.find_elements(By.LINK_TEXT, "Label")
+    }
+    assert "solo" not in label_buttons and "elsewhere" in label_buttons, "no Label button with nothing left"
     for screen in (LAPTOP, PHONE):
         use_screen(driver, screen)
         assert axe_violations(driver) == [], screen

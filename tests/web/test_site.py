@@ -210,6 +210,26 @@ def test_a_phone_shows_every_figure_of_the_leaderboard_and_every_page_has_its_ic
     use_screen(driver, LAPTOP)
 
 
+BULLET_ROOM_PX = 28
+"""Room a list's bullet needs before its item (it sits outside the item's box, in the gap after the last)."""
+
+
+def test_each_pair_gallery_link_keeps_its_bullet_apart_from_the_link_before(site, driver):
+    first = sorted(site.classifier_ids)[0]
+    for screen in (LAPTOP, PHONE):
+        use_screen(driver, screen)
+        for path in ("leaderboard", f"classifiers/{first}"):
+            driver.get(site.page(f"/competitions/{site.competition_id}/{path}"))
+            boxes = driver.execute_script(
+                "return [...document.querySelectorAll('.pair-links li')]"
+                ".map((li) => li.getBoundingClientRect()).map((r) => [r.top, r.left, r.right])"
+            )
+            assert len(boxes) > 1, path
+            gaps = [b[1] - a[2] for a, b in zip(boxes, boxes[1:], strict=False) if abs(a[0] - b[0]) < 1]
+            assert all(gap >= BULLET_ROOM_PX for gap in gaps), (path, screen, gaps)
+    use_screen(driver, LAPTOP)
+
+
 def test_galleries_show_whole_images_and_the_classifier_page_names_each_class_once(site, driver):
     use_screen(driver, LAPTOP)
     first, second = sorted(site.classifier_ids[:2])
