@@ -1,20 +1,28 @@
 """Top-k maximum-discrepancy image selection for pairs of classifiers (paper Algorithm 1, Sec. 3.1).
 
 Inputs are per-classifier arrays aligned by image ordinal: the top-1 label (int, -1 = no prediction) and its
-probability. For a pair (i, j) an image is a candidate when both labels exist and differ, min(p_i, p_j) ≥ T
-and the image is not excluded. Candidates are ordered by d(f_i(x), f_j(x)) descending, ties broken by the
-higher min(p_i, p_j), then by the lower ordinal. A greedy pass in that order accepts an image while fewer
-than `max_per_label` accepted images share its f_i label (counted over f_i's labels) and fewer than
-`max_per_label` share its f_j label (counted over f_j's labels). The first k accepted images are the
-selection; the pass goes on for `reserve_size` more, the ordered reserve that replaces discarded images,
-so the per-label cap holds over selection and reserve together.
+probability. For a pair (i, j) an image is a candidate when both labels exist and differ, p_i ≥ c_i and
+p_j ≥ c_j, and the image is not excluded. The cutoff c_i comes from the competition's threshold rule:
+`absolute`, c_i = T for every classifier (the paper's min(p_i, p_j) ≥ T); or `quantile`, c_i = the T-quantile
+of classifier i's own top-1 probabilities over the corpus (the images it predicts that are not excluded), so
+that each classifier's most confident share 1 − T passes whatever its calibration. Candidates are ordered
+by d(f_i(x), f_j(x)) descending, ties broken by the higher min(p_i, p_j), then by the lower ordinal. A greedy
+pass in that order accepts an image while fewer than `max_per_label` accepted images share its f_i label
+(counted over f_i's labels) and fewer than `max_per_label` share its f_j label (counted over f_j's labels).
+The first k accepted images are the selection; the pass goes on for `reserve_size` more, the ordered
+reserve that replaces discarded images, so the per-label cap holds over selection and reserve together.
+
+A pair's diagnosis (`diagnose_pair`) says how its selection went: its disagreements, how many pass the
+threshold, and how many would pass others; `shortfall` says in words why a pair selected fewer than k.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from enum import StrEnum
 from itertools import combinations
+from typing import Any
 
 import numpy as np
 
@@ -22,6 +30,22 @@ DEFAULT_K = 30
 DEFAULT_THRESHOLD = 0.8
 DEFAULT_MAX_PER_LABEL = 3
 _POOL_FACTOR = 8  # first candidate pool: this many times the images needed; ×4 while the cap rejects more
+
+
+class ThresholdRule(StrEnum):
+    """How the threshold T makes a classifier confident on an image (module docstring)."""
+
+    absolute = "absolute"
+    """p ≥ T, the paper's rule (Sec. 3.1)."""
+    quantile = "quantile"
+    """p ≥ the T-quantile of the classifier's own top-1 probabilities over the corpus."""
+
+
+DIAGNOSED_THRESHOLDS = (
+    (ThresholdRule.absolute, (0.3, 0.5, 0.7, 0.8, 0.9)),
+    (ThresholdRule.quantile, (0.5, 0.7, 0.8, 0.9)),
+)
+"""The thresholds a pair's diagnosis counts its surviving disagreements at, besides its own."""
 
 
 @dataclass(frozen=True)
@@ -50,11 +74,38 @@ class PairSelection:
 def eligible(
     labels: np.ndarray, probs: np.ndarray, threshold: float, excluded: np.ndarray | None
 ) -> np.ndarray:
-    """Images one classifier can contribute: label ≥ 0, p ≥ T, not excluded (Sec. 3.1)."""
+    """Images one classifier can contribute: label ≥ 0, p ≥ its cutoff c, not excluded (Sec. 3.1)."""
     mask = (labels >= 0) & (probs >= threshold)
     if excluded is not None:
         mask &= ~excluded
     return mask
+
+
+def own_quantiles(
+    labels: np.ndarray, probs: np.ndarray, levels: Iterable[float], excluded: np.ndarray | None
+) -> np.ndarray:
+    """Q_i(q) for each level q: numpy's (linear) quantile of one classifier's top-1 probabilities over the
+    images it predicts that are not excluded; 1 at every level when there is no such image."""
+    levels = np.asarray(list(levels), dtype=np.float64)
+    if ((levels < 0) | (levels > 1)).any():
+        raise ValueError("a quantile threshold lies in [0, 1]")
+    own = eligible(labels, np.ones_like(probs), 0.0, excluded)
+    return np.quantile(probs[own], levels) if own.any() else np.ones_like(levels)
+
+
+def confidence_cutoffs(
+    labels: np.ndarray,
+    probs: np.ndarray,
+    threshold: float,
+    rule: ThresholdRule,
+    excluded: np.ndarray | None = None,
+) -> np.ndarray:
+    """c_i of each row of m×n labels and probabilities: T (absolute) or Q_i(T) (quantile)."""
+    if rule == ThresholdRule.absolute:
+        return np.full(len(labels), float(threshold))
+    return np.array(
+        [own_quantiles(row, p, [threshold], excluded)[0] for row, p in zip(labels, probs, strict=True)]
+    )
 
 
 def select_pair(
@@ -69,6 +120,7 @@ def select_pair(
     max_per_label: int = DEFAULT_MAX_PER_LABEL,
     reserve_size: int | None = None,
     excluded: np.ndarray | None = None,
+    rule: ThresholdRule = ThresholdRule.absolute,
 ) -> PairSelection:
     """S_ij = greedy top-k by d(f_i(x), f_j(x)) with a per-label cap, then the reserve (Algorithm 1)."""
     labels = np.stack([np.asarray(labels_i), np.asarray(labels_j)])
@@ -83,6 +135,7 @@ def select_pair(
         max_per_label=max_per_label,
         reserve_size=reserve_size,
         excluded=excluded,
+        rule=rule,
     )[(0, 1)]
 
 
@@ -97,6 +150,7 @@ def select_all_pairs(
     max_per_label: int = DEFAULT_MAX_PER_LABEL,
     reserve_size: int | None = None,
     excluded: np.ndarray | None = None,
+    rule: ThresholdRule = ThresholdRule.absolute,
 ) -> dict[tuple[int, int], PairSelection]:
     """Algorithm 1 for every pair i < j of m×n label and probability arrays, or for `pairs` (Algorithm 2)."""
     labels, probs, distance = _checked_inputs(labels, probs, distance, excluded)
@@ -107,7 +161,11 @@ def select_all_pairs(
     if any(not 0 <= i < j < len(labels) for i, j in pair_list):
         raise ValueError(f"pairs must be (i, j) with 0 ≤ i < j < {len(labels)}")
     used = sorted({index for pair in pair_list for index in pair})
-    masks = {index: eligible(labels[index], probs[index], threshold, excluded) for index in used}
+    cutoffs = confidence_cutoffs(labels[used], probs[used], threshold, rule, excluded)
+    masks = {
+        index: eligible(labels[index], probs[index], cutoff, excluded)
+        for index, cutoff in zip(used, cutoffs, strict=True)
+    }
     flat_distance = np.ascontiguousarray(distance).ravel()
 
     return {
@@ -245,3 +303,167 @@ def _capped_greedy(
         np.add.at(used_j, label_j[take], 1)
         remaining = remaining[first_overflow + 1 :]
     return np.concatenate(accepted) if accepted else np.empty(0, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class Survivors:
+    """How many of a pair's disagreements pass one threshold."""
+
+    rule: ThresholdRule
+    threshold: float
+    images: int
+
+
+@dataclass(frozen=True)
+class PairDiagnosis:
+    """How a pair's selection went. `disagreements`: images both classifiers predict, with different labels,
+    not excluded; `confident`: those that pass the threshold the pair was selected under (cutoffs c_i, c_j),
+    Algorithm 1's candidates; `most_confident`: the largest min(p_i, p_j) over the disagreements;
+    `selected`: the images Algorithm 1 selected (≤ k); `survivors`: those passing DIAGNOSED_THRESHOLDS."""
+
+    rule: ThresholdRule
+    threshold: float
+    cutoffs: tuple[float, float]
+    disagreements: int
+    confident: int
+    most_confident: float | None
+    selected: int
+    survivors: tuple[Survivors, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The diagnosis in plain JSON values, as it is sent and stored."""
+        data = asdict(self)
+        data["rule"], data["cutoffs"] = self.rule.value, list(self.cutoffs)
+        data["survivors"] = [dict(item, rule=item["rule"].value) for item in data["survivors"]]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PairDiagnosis:
+        """The diagnosis from its JSON values (as_dict)."""
+        most_confident = data["most_confident"]
+        return cls(
+            rule=ThresholdRule(data["rule"]),
+            threshold=float(data["threshold"]),
+            cutoffs=(float(data["cutoffs"][0]), float(data["cutoffs"][1])),
+            disagreements=int(data["disagreements"]),
+            confident=int(data["confident"]),
+            most_confident=None if most_confident is None else float(most_confident),
+            selected=int(data["selected"]),
+            survivors=tuple(
+                Survivors(ThresholdRule(item["rule"]), float(item["threshold"]), int(item["images"]))
+                for item in data["survivors"]
+            ),
+        )
+
+
+def diagnose_pair(
+    labels_i: np.ndarray,
+    probs_i: np.ndarray,
+    labels_j: np.ndarray,
+    probs_j: np.ndarray,
+    *,
+    selected: int,
+    threshold: float = DEFAULT_THRESHOLD,
+    rule: ThresholdRule = ThresholdRule.absolute,
+    excluded: np.ndarray | None = None,
+) -> PairDiagnosis:
+    """Count a pair's disagreements, those passing its own threshold and those passing each of
+    DIAGNOSED_THRESHOLDS: an image passes (rule, T) when p_i ≥ c_i and p_j ≥ c_j (confidence_cutoffs)."""
+    labels = np.stack([np.asarray(labels_i), np.asarray(labels_j)])
+    probs = np.stack([np.asarray(probs_i), np.asarray(probs_j)]).astype(np.float64)
+    if labels.ndim != 2 or labels.shape != probs.shape:
+        raise ValueError("labels and probabilities must be equally long 1-D arrays")
+    differ = (labels >= 0).all(axis=0) & (labels[0] != labels[1])
+    if excluded is not None:
+        differ &= ~excluded
+    p_i, p_j = probs[0, differ], probs[1, differ]
+    levels = sorted({*dict(DIAGNOSED_THRESHOLDS)[ThresholdRule.quantile], float(threshold)})
+    quantiles = [
+        dict(zip(levels, own_quantiles(labels[r], probs[r], levels, excluded), strict=True)) for r in (0, 1)
+    ]
+
+    def cutoffs_of(rule_: ThresholdRule, level: float) -> tuple[float, float]:
+        """(c_i, c_j) under one threshold."""
+        if rule_ == ThresholdRule.absolute:
+            return float(level), float(level)
+        return float(quantiles[0][level]), float(quantiles[1][level])
+
+    def passing(cutoffs: tuple[float, float]) -> int:
+        """Disagreements with p_i ≥ c_i and p_j ≥ c_j."""
+        return int(((p_i >= cutoffs[0]) & (p_j >= cutoffs[1])).sum())
+
+    own = cutoffs_of(rule, threshold)
+    return PairDiagnosis(
+        rule=rule,
+        threshold=float(threshold),
+        cutoffs=own,
+        disagreements=len(p_i),
+        confident=passing(own),
+        most_confident=float(np.minimum(p_i, p_j).max()) if len(p_i) else None,
+        selected=selected,
+        survivors=tuple(
+            Survivors(rule_, level, passing(cutoffs_of(rule_, level)))
+            for rule_, rule_levels in DIAGNOSED_THRESHOLDS
+            for level in rule_levels
+        ),
+    )
+
+
+def threshold_text(rule: ThresholdRule, threshold: float) -> str:
+    """A threshold in words: 'T = 0.8' (absolute) or 'each classifier's own 0.8 quantile'."""
+    if rule == ThresholdRule.absolute:
+        return f"T = {threshold:g}"
+    return f"each classifier's own {threshold:g} quantile"
+
+
+def survivors_text(diagnosis: PairDiagnosis) -> str:
+    """The survivors in one line: 'T 0.5: 12 · 0.8: 0 | quantile 0.5: 40 · 0.8: 9'."""
+    return " | ".join(
+        ("T " if rule == ThresholdRule.absolute else "quantile ")
+        + " · ".join(f"{s.threshold:g}: {s.images}" for s in diagnosis.survivors if s.rule == rule)
+        for rule, _ in DIAGNOSED_THRESHOLDS
+    )
+
+
+def shortfall(diagnosis: PairDiagnosis, k: int, max_per_label: int) -> str | None:
+    """Why a pair selected fewer than k images, in words, with a threshold that would give more; None when
+    it selected k."""
+    found = diagnosis
+    if found.selected >= k:
+        return None
+    if found.disagreements == 0:
+        return "the two classifiers never disagree: they give the same label to every image both predict"
+    own = threshold_text(found.rule, found.threshold)
+    if found.confident >= k:
+        return (
+            f"the cap of {max_per_label} images per label leaves {found.selected} of the "
+            f"{found.confident} disagreements that pass {own}"
+        )
+    if found.confident == found.disagreements:
+        reason = f"the two classifiers disagree on only {_count(found.disagreements, 'image')}"
+    elif found.confident == 0:
+        reason = (
+            f"none of its {_count(found.disagreements, 'disagreement')} passes {own} (the most confident has "
+            f"both probabilities ≥ {found.most_confident:.2f})"
+        )
+    else:
+        reason = f"only {found.confident} of its {found.disagreements} disagreements pass {own}"
+    better = _more_confident_choice(found, k)
+    if better is None:
+        return reason
+    return f"{reason}; {better.images} would pass {threshold_text(better.rule, better.threshold)}"
+
+
+def _more_confident_choice(diagnosis: PairDiagnosis, k: int) -> Survivors | None:
+    """Of the diagnosed thresholds that pass more disagreements than the pair's own: the strictest that
+    still passes k (fewest images ≥ k), else the one that passes most; None if none passes more."""
+    more = [s for s in diagnosis.survivors if s.images > diagnosis.confident]
+    if not more:
+        return None
+    enough = [s for s in more if s.images >= k]
+    return min(enough, key=lambda s: s.images) if enough else max(more, key=lambda s: s.images)
+
+
+def _count(number: int, noun: str) -> str:
+    """'1 image', '3 images'."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
