@@ -21,7 +21,7 @@ import torch
 
 from app.classifiers.enums import ClassifierSource
 from app.classifiers.timm_source import ClassifierSourceError, load_pretrained_tag, load_weights_file
-from app.core.selection import select_pair
+from app.core.selection import diagnose_pair, select_pair
 from app.core.taxonomy_sources import cached_taxonomy
 from app.jobs.enums import JobKind
 from app.jobs.schemas import ClaimedJob, ClaimResponse, PredictTask
@@ -254,7 +254,7 @@ class Worker:
                 continue
 
     def _select(self, job: ClaimedJob, keeper: LeaseKeeper) -> None:
-        """Algorithm 1 for one pair over the whole corpus, with its reserve; upload the selection."""
+        """Algorithm 1 for one pair over the whole corpus, its reserve and its diagnosis; upload them."""
         task = job.select
         if task is None:
             raise RuntimeError(f"select job {job.id} came without its task")
@@ -266,21 +266,24 @@ class Worker:
         b = self._predictions_of(task.classifier_b_id, n_images)
         excluded = np.zeros(n_images, dtype=bool)
         excluded[np.asarray(task.excluded_ordinals, dtype=np.int64)] = True
+        predictions = (a["top1"][:n_images], a["prob"][:n_images], b["top1"][:n_images], b["prob"][:n_images])
+        threshold, rule = task.confidence_threshold, task.threshold_rule
         selection = select_pair(
-            a["top1"][:n_images],
-            a["prob"][:n_images],
-            b["top1"][:n_images],
-            b["prob"][:n_images],
+            *predictions,
             distance,
             k=task.k,
-            threshold=task.confidence_threshold,
+            threshold=threshold,
             max_per_label=task.max_per_label,
             reserve_size=task.reserve_size,
             excluded=excluded,
+            rule=rule,
+        )
+        diagnosis = diagnose_pair(
+            *predictions, selected=selection.n_selected, threshold=threshold, rule=rule, excluded=excluded
         )
         if keeper.all_lost():
             raise LeaseLost("the selection was taken over")
-        self.client.complete_select(job.id, job.lease_token, selection)
+        self.client.complete_select(job.id, job.lease_token, selection, diagnosis)
         self.jobs_done += 1
         self.report(label, 1, 1)
 

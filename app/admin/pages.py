@@ -16,6 +16,7 @@ from app.classifiers.enums import ClassifierSource
 from app.classifiers.service import list_classifiers
 from app.competitions import service as competitions_service
 from app.competitions.members import list_members
+from app.core.selection import PairDiagnosis, survivors_text
 from app.core.taxonomy_sources import BUILTIN_TAXONOMIES
 from app.db.base import utcnow
 from app.db.session import SessionDep
@@ -101,6 +102,11 @@ def admin_competition(
     ).all()
     members = list_members(db_session=db_session, competition=competition)
     member_ids = {member.user_id for member in members}
+    progress = competition_progress(
+        db_session=db_session,
+        competition_id=competition.id,
+        lost_after_s=request.app.state.settings.job_lease_s,
+    )
     return render(
         request,
         "admin_competition.html",
@@ -112,11 +118,16 @@ def admin_competition(
         ],
         user=admin,
         competition=competition,
-        progress=competition_progress(
-            db_session=db_session,
-            competition_id=competition.id,
-            lost_after_s=request.app.state.settings.job_lease_s,
-        ),
+        progress=progress,
+        pair_rows=[
+            (
+                pair,
+                ""
+                if pair.diagnosis is None
+                else survivors_text(PairDiagnosis.from_dict(pair.diagnosis.model_dump())),
+            )
+            for pair in progress["pairs"]
+        ],
         classifiers=list_classifiers(db_session=db_session, competition_id=competition.id),
         sources=[source.value for source in ClassifierSource],
         board=compute_leaderboard(db_session=db_session, competition=competition),

@@ -444,7 +444,7 @@ def shortfall(diagnosis: PairDiagnosis, k: int, max_per_label: int) -> str | Non
     elif found.confident == 0:
         reason = (
             f"none of its {_count(found.disagreements, 'disagreement')} passes {own} (the most confident has "
-            f"both probabilities ≥ {found.most_confident:.2f})"
+            f"both probabilities ≥ {found.most_confident:.3g})"
         )
     else:
         reason = f"only {found.confident} of its {found.disagreements} disagreements pass {own}"

@@ -30,7 +30,7 @@ from app.users import service as users_service
 from app.users.models import Role, User
 from tests.conftest import TEST_PASSWORD
 from tests.labelling.factories import add_images
-from tests.support.jobs import competition_selection
+from tests.support.jobs import competition_diagnosis, competition_selection
 
 DIGITS = """\
 root: digit
@@ -163,7 +163,11 @@ def run_select_jobs(db_session: Session, settings: Settings) -> list[tuple[int, 
         excluded[jobs_service.excluded_ordinals(db_session=db_session, competition_id=competition.id)] = True
         selection = competition_selection(competition, a, b, excluded)
         jobs_service.complete_select(
-            db_session=db_session, job_id=job.id, lease_token=job.lease_token, selection=selection
+            db_session=db_session,
+            job_id=job.id,
+            lease_token=job.lease_token,
+            selection=selection,
+            diagnosis=competition_diagnosis(competition, a, b, selection, excluded),
         )
         db_session.commit()
         done.append((job.classifier_id, job.other_classifier_id))
