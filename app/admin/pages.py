@@ -16,7 +16,6 @@ from app.classifiers.enums import ClassifierSource
 from app.classifiers.service import list_classifiers
 from app.competitions import service as competitions_service
 from app.competitions.members import list_members
-from app.core.selection import PairDiagnosis, survivors_text
 from app.core.taxonomy_sources import BUILTIN_TAXONOMIES
 from app.db.base import utcnow
 from app.db.session import SessionDep
@@ -24,6 +23,7 @@ from app.images.models import CompetitionImage, Image
 from app.images.service import image_counts
 from app.jobs import workers
 from app.jobs.progress import competition_progress
+from app.jobs.selections import survivors_line
 from app.labelling import adjudication
 from app.labelling.annotators import annotator_stats
 from app.labelling.gold import gold_questions
@@ -119,15 +119,7 @@ def admin_competition(
         user=admin,
         competition=competition,
         progress=progress,
-        pair_rows=[
-            (
-                pair,
-                ""
-                if pair.diagnosis is None
-                else survivors_text(PairDiagnosis.from_dict(pair.diagnosis.model_dump())),
-            )
-            for pair in progress["pairs"]
-        ],
+        pair_rows=[(pair, survivors_line(pair)) for pair in progress["pairs"]],
         classifiers=list_classifiers(db_session=db_session, competition_id=competition.id),
         sources=[source.value for source in ClassifierSource],
         board=compute_leaderboard(db_session=db_session, competition=competition),

@@ -11,11 +11,11 @@ from rich.table import Table
 
 from app.cli.common import console, database_session, fail, load_settings
 from app.competitions.service import get_competition_by_name
-from app.core.selection import PairDiagnosis, survivors_text
 from app.jobs import service as jobs_service
 from app.jobs.enums import JobStatus
 from app.jobs.progress import competition_progress
 from app.jobs.schemas import PairSelectionRead
+from app.jobs.selections import survivors_line
 from app.users import service as users_service
 from workers.client import ServiceError
 
@@ -148,13 +148,13 @@ def _pairs_table(pairs: list[PairSelectionRead]) -> Table:
     and why it selected fewer than k."""
     table = Table("pair", "selected", "disagreements", "pass", "would pass", "why fewer than k")
     for pair in pairs:
-        found = None if pair.diagnosis is None else PairDiagnosis.from_dict(pair.diagnosis.model_dump())
+        found = pair.diagnosis
         table.add_row(
             escape(f"{pair.classifier_a} vs {pair.classifier_b}"),
             f"{pair.selected} of {pair.k}",
             "—" if found is None else str(found.disagreements),
             "—" if found is None else str(found.confident),
-            "" if found is None else survivors_text(found),
+            survivors_line(pair),
             pair.shortfall or "",
         )
     return table

@@ -8,7 +8,7 @@ from sqlalchemy.orm import Session, aliased
 from app.classifiers.enums import ClassifierStatus
 from app.classifiers.models import Classifier
 from app.competitions.models import Competition
-from app.core.selection import PairDiagnosis, shortfall, threshold_text
+from app.core.selection import PairDiagnosis, shortfall, survivors_text, threshold_text
 from app.jobs.schemas import PairSelectionRead, SelectionDiagnosis
 from app.labelling.models import PairImage, PairSubset
 
@@ -76,4 +76,12 @@ def _why_short(competition: Competition, subset: PairSubset, selected: int) -> s
     return (
         f"only {selected} of its disagreements passed {threshold} and the cap of {competition.max_per_label} "
         "images per label (selected before the reasons were kept: no diagnosis)"
+    )
+
+
+def survivors_line(pair: PairSelectionRead) -> str:
+    """How many of the pair's disagreements pass each diagnosed threshold, in one line ('' without a
+    diagnosis)."""
+    return (
+        "" if pair.diagnosis is None else survivors_text(PairDiagnosis.from_dict(pair.diagnosis.model_dump()))
     )

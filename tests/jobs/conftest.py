@@ -96,7 +96,7 @@ def live_service(live_settings) -> Iterator[LiveService]:
 
 
 @pytest.fixture
-def admin(live_service) -> Iterator[httpx.Client]:
+def admin_client(live_service) -> Iterator[httpx.Client]:
     """An HTTP client of the live service signed in as an admin."""
     with live_service.session() as session:
         user = users_service.create_user(

@@ -54,14 +54,14 @@ def low_confidence_parquet(hashes: list[str], seed: int, low: float, high: float
     return buffer.getvalue()
 
 
-def set_up(service, admin, tmp_path, rule: ThresholdRule) -> int:
+def set_up(service, admin_client, tmp_path, rule: ThresholdRule) -> int:
     """An ImageNet-1k competition (T = 0.8 under `rule`, k = 10, the paper's cap of 3) made through the API
     over real images, with the three low-confidence classifiers uploaded as predictions files."""
     folder = tmp_path / "corpus"
     if not folder.exists():
         write_images(folder, N_IMAGES)
     spec = {"name": rule.value, "k": K, "confidence_threshold": 0.8, "threshold_rule": rule.value}
-    created = admin.post("/api/v1/competitions", json=spec)
+    created = admin_client.post("/api/v1/competitions", json=spec)
     assert created.status_code == 201, created.text
     competition_id = created.json()["id"]
     with service.session() as session, ThreadPoolExecutor(2) as executor:
@@ -84,7 +84,7 @@ def set_up(service, admin, tmp_path, rule: ThresholdRule) -> int:
         )
     for seed, (name, (low, high)) in enumerate(CALIBRATIONS.items()):
         upload = ("predictions.parquet", low_confidence_parquet(hashes, seed, low, high))
-        response = admin.post(
+        response = admin_client.post(
             f"/api/v1/competitions/{competition_id}/classifiers",
             data={"name": name, "source": "predictions-file"},
             files={"file": upload},
@@ -94,9 +94,9 @@ def set_up(service, admin, tmp_path, rule: ThresholdRule) -> int:
 
 
 @pytest.fixture
-def worked(live_service, admin, tmp_path) -> dict[ThresholdRule, int]:
+def worked(live_service, admin_client, tmp_path) -> dict[ThresholdRule, int]:
     """Both competitions' pairs selected by one worker: their ids by threshold rule."""
-    ids = {rule: set_up(live_service, admin, tmp_path, rule) for rule in ThresholdRule}
+    ids = {rule: set_up(live_service, admin_client, tmp_path, rule) for rule in ThresholdRule}
     options = WorkerOptions(device="cpu", loader_workers=0, cache_dir=tmp_path / "worker-cache")
     finished = run_worker(
         url=live_service.url,
@@ -110,10 +110,10 @@ def worked(live_service, admin, tmp_path) -> dict[ThresholdRule, int]:
 
 
 def test_the_absolute_threshold_empties_every_pair_and_every_listing_says_why(
-    live_settings, live_service, admin, worked
+    live_settings, live_service, admin_client, worked
 ):
     competition_id = worked[ThresholdRule.absolute]
-    progress = admin.get(f"/api/v1/competitions/{competition_id}/progress").json()
+    progress = admin_client.get(f"/api/v1/competitions/{competition_id}/progress").json()
     assert (progress["pairs_selected"], progress["pairs_total"]) == (3, 3)
     assert (progress["pairs_empty"], progress["pairs_short"]) == (3, 0)
     assert [(c["pairs_empty"], c["pairs_selected"]) for c in progress["classifiers"]] == [(2, 2)] * 3
@@ -132,13 +132,13 @@ def test_the_absolute_threshold_empties_every_pair_and_every_listing_says_why(
         assert "would pass each classifier's own" in pair["shortfall"]
         why[(pair["classifier_a_id"], pair["classifier_b_id"])] = pair["shortfall"]
 
-    board = admin.get(f"/api/v1/competitions/{competition_id}/leaderboard").json()
+    board = admin_client.get(f"/api/v1/competitions/{competition_id}/leaderboard").json()
     assert [row["no_rank"] for row in board["classifiers"]] == [
         "all 2 of its pairs selected no image to label"
     ] * 3
     assert {(p["classifier_a_id"], p["classifier_b_id"]): p["shortfall"] for p in board["short_pairs"]} == why
     (a_id, b_id), reason = next(iter(why.items()))
-    gallery = admin.get(f"/api/v1/competitions/{competition_id}/pairs/{b_id}/{a_id}").json()
+    gallery = admin_client.get(f"/api/v1/competitions/{competition_id}/pairs/{b_id}/{a_id}").json()
     assert gallery["selection"]["shortfall"] == reason and gallery["selected"] == []
 
     text = lambda html: " ".join(html.split())  # noqa: E731
@@ -147,11 +147,11 @@ def test_the_absolute_threshold_empties_every_pair_and_every_listing_says_why(
         f"/competitions/{competition_id}/pairs/{a_id}/{b_id}",
         f"/admin/competitions/{competition_id}",
     ):
-        shown = text(admin.get(page).text).replace("&gt;", ">").replace("&#39;", "'")
+        shown = text(admin_client.get(page).text).replace("&gt;", ">").replace("&#39;", "'")
         assert reason in shown, page
-    board_page = text(admin.get(f"/competitions/{competition_id}/leaderboard").text)
+    board_page = text(admin_client.get(f"/competitions/{competition_id}/leaderboard").text)
     assert board_page.count("no rank</span>") == 3 and "0 of 10 selected: none of its" in board_page
-    admin_page = text(admin.get(f"/admin/competitions/{competition_id}").text)
+    admin_page = text(admin_client.get(f"/admin/competitions/{competition_id}").text)
     assert (
         "3 of 3 (3 empty, 0 short of k)" in admin_page
         and admin_page.count("no rank: all 2 of its pairs") == 3
@@ -169,10 +169,10 @@ def test_the_absolute_threshold_empties_every_pair_and_every_listing_says_why(
 
 
 def test_each_classifiers_own_quantile_selects_from_the_same_predictions(
-    live_settings, live_service, admin, worked
+    live_settings, live_service, admin_client, worked
 ):
     competition_id = worked[ThresholdRule.quantile]
-    progress = admin.get(f"/api/v1/competitions/{competition_id}/progress").json()
+    progress = admin_client.get(f"/api/v1/competitions/{competition_id}/progress").json()
     assert (progress["pairs_selected"], progress["pairs_empty"]) == (3, 0)
     with live_service.session() as session:
         competition = session.get_one(Competition, competition_id)
@@ -205,7 +205,7 @@ def test_each_classifiers_own_quantile_selects_from_the_same_predictions(
             assert (expected.probs_i >= found["cutoffs"][0]).all() and (
                 expected.probs_j >= found["cutoffs"][1]
             ).all()
-    board = admin.get(f"/api/v1/competitions/{competition_id}/leaderboard").json()
+    board = admin_client.get(f"/api/v1/competitions/{competition_id}/leaderboard").json()
     assert [row["no_rank"] for row in board["classifiers"]] == [
         "no labelled image yet: of its 2 pairs, 2 wait for votes"
     ] * 3

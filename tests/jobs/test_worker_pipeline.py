@@ -86,7 +86,9 @@ def assert_subsets_are_algorithm_1(session, settings, competition_id: int) -> di
     return stored
 
 
-def test_mad_worker_alone_predicts_and_selects_every_pair(live_settings, live_service, admin, tmp_path):
+def test_mad_worker_alone_predicts_and_selects_every_pair(
+    live_settings, live_service, admin_client, tmp_path
+):
     competition_id = set_up_competition(live_service, tmp_path, images=N_IMAGES, k=K)
     env = cli_env(live_settings)
     result = CliRunner().invoke(cli, ["worker", "--exit-when-idle", "--device", "cpu"], env=env)
@@ -112,7 +114,7 @@ def test_mad_worker_alone_predicts_and_selects_every_pair(live_settings, live_se
             for label in (label_a, label_b)
         }
 
-    progress = admin.get(f"/api/v1/competitions/{competition_id}/progress").json()
+    progress = admin_client.get(f"/api/v1/competitions/{competition_id}/progress").json()
     assert [(p["selected"], p["shortfall"]) for p in progress.pop("pairs")] == [(K, None)] * 3
     (seen,) = progress.pop("workers")  # the worker, by its default name host:pid, seen just now
     assert re.fullmatch(r".+:\d+", seen["worker"]) and progress.pop("worker_warning") is None
@@ -150,7 +152,7 @@ def test_mad_worker_alone_predicts_and_selects_every_pair(live_settings, live_se
 
 
 def test_a_classifier_added_later_gets_only_its_new_pairs_algorithm_2(
-    live_settings, live_service, admin, tmp_path
+    live_settings, live_service, admin_client, tmp_path
 ):
     n_images = 300
     competition_id = set_up_competition(live_service, tmp_path, images=n_images, k=K)
@@ -190,7 +192,7 @@ def test_a_classifier_added_later_gets_only_its_new_pairs_algorithm_2(
         )
         session.commit()
         fourth_id = fourth.id
-    waiting = admin.get(f"/api/v1/competitions/{competition_id}/progress").json()
+    waiting = admin_client.get(f"/api/v1/competitions/{competition_id}/progress").json()
     assert waiting["classifiers"][-1] == {
         "classifier_id": fourth_id,
         "name": "fourth",
@@ -226,7 +228,7 @@ def test_a_classifier_added_later_gets_only_its_new_pairs_algorithm_2(
     assert {(image, label) for _, image, label in questions_after - questions_before} == (
         new_pairs_asked - asked_before
     )
-    done = admin.get(f"/api/v1/competitions/{competition_id}/progress").json()
+    done = admin_client.get(f"/api/v1/competitions/{competition_id}/progress").json()
     assert [c["images_predicted"] for c in done["classifiers"]] == [n_images] * 4
     assert (done["pairs_selected"], done["pairs_total"]) == (6, 6)
 
