@@ -50,13 +50,6 @@ class Forbidden(MadError):
     code = "forbidden"
 
 
-class TooManyRequests(MadError):
-    """The caller must slow down (429)."""
-
-    status_code = 429
-    code = "too_many_requests"
-
-
 class PayloadTooLarge(MadError):
     """The upload is over the configured limit (413)."""
 

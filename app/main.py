@@ -19,23 +19,24 @@ from app.competitions.router import router as competitions_router
 from app.db.engine import create_db_engine, create_sessionmaker
 from app.db.session import SessionDep
 from app.images.router import router as images_router
+from app.jobs.activity import job_gauges
 from app.jobs.router import router as jobs_router
+from app.labelling import admin_router as labelling_admin
+from app.labelling.metrics import labelling_gauges
 from app.labelling.pages import router as labelling_pages_router
 from app.labelling.router import router as labelling_router
 from app.leaderboard.pages import router as leaderboard_pages_router
+from app.leaderboard.public_reads import PublicReads
 from app.leaderboard.router import router as leaderboard_router
 from app.settings import Settings
-from app.users.auth import OptionalUser
-from app.users.pages import router as users_pages_router
+from app.site.pages import router as site_pages_router
+from app.users.auth import OptionalUser, may_send_large_bodies, signed_in_user
 from app.users.rate_limit import LoginLimits
 from app.users.router import router as users_router
 from app.web.body_guard import BodyGuard, BodyLimits
 from app.web.error_pages import install_error_pages
 from app.web.errors import install_error_handlers
-from app.web.metrics import RequestMetrics
-from app.web.metrics import router as metrics_router
-from app.web.public_reads import PublicReads
-from app.web.router import router as web_router
+from app.web.metrics import RequestMetrics, metrics_router
 from app.web.security_headers import SecurityHeaders
 from app.web.templating import render
 
@@ -128,7 +129,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.login_limits = LoginLimits(
         settings.login_max_failures, settings.login_max_address_failures, settings.login_window_s
     )
-    app.add_middleware(BodyGuard, limits=BodyLimits(settings.max_upload_bytes, settings.max_json_bytes))
+    app.add_middleware(
+        BodyGuard,
+        limits=BodyLimits(settings.max_upload_bytes, settings.max_json_bytes),
+        large_body_sender=may_send_large_bodies,
+    )
     app.add_middleware(
         SessionMiddleware,
         secret_key=settings.secret_key,
@@ -140,20 +145,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(SecurityHeaders)
     app.add_middleware(RequestMetrics)
     install_error_handlers(app)
-    install_error_pages(app)
+    install_error_pages(app, signed_in_user)
     app.include_router(labelling_router)  # first: matched in order, and its routes take every answer
+    app.include_router(labelling_admin.router)
     app.include_router(users_router)
-    app.include_router(users_pages_router)
+    app.include_router(labelling_admin.work_records_router)
     app.include_router(competitions_router)
     app.include_router(images_router)
     app.include_router(labelling_pages_router)
     app.include_router(classifiers_router)
     app.include_router(jobs_router)
-    app.include_router(metrics_router)
+    app.include_router(metrics_router(labelling_gauges, job_gauges))
     app.include_router(leaderboard_router)
     app.include_router(leaderboard_pages_router)
     app.include_router(admin_pages_router)
-    app.include_router(web_router)
+    app.include_router(site_pages_router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     _add_documentation_pages(app)
 

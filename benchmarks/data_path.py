@@ -3,8 +3,8 @@
 20,000 JPEG files of about 100 KB (made like benchmarks/inference.py makes its files: 1,000 drawn, the rest
 copies made distinct by a JPEG comment) are imported into a service on this machine (SQLite and the local
 blob store in --workdir, one uvicorn process). A worker configured as a remote one — the service URL and a
-worker token, reading nothing from the store itself — claims each predict shard and pulls its images in a
-DataLoader like the worker's (its processes kept from shard to shard), up to the decode stage: the new path
+worker token, reading nothing from the store itself — claims each predict shard and pulls its images through
+loader processes like the worker's (kept from shard to shard), up to the decode stage: the new path
 asks for one streamed tar per batch (workers.image_readers.ShardArchiveReader); the baseline, measured in
 the same run on the first --baseline-images of the first shard, makes one GET /images/{sha256} per image, as
 workers did before. Targets on a 2-core machine: ratio >= 10 and images_per_s >= 3,000.
@@ -25,7 +25,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
-import torch
 from inference import make_jpegs
 from local_server import free_port, start_uvicorn, stop_uvicorn
 
@@ -43,8 +42,8 @@ from app.settings import Settings
 from app.users import service as users_service
 from app.users.models import Role
 from workers.client import ServiceClient
+from workers.feed import BatchFeed, read_many
 from workers.image_readers import ShardArchiveReader
-from workers.inference import ShardBatches
 
 IMAGES, DRAWN = 20_000, 1_000
 SIDES = (300, 720)  # about 100 KB a file with inference.py's recipe
@@ -71,45 +70,35 @@ class OneGetPerImage:
         return response.content
 
 
-class BytesAtDecodeStage(torch.utils.data.Dataset):
-    """What the worker's dataset does before decoding: read a batch's bytes (in one go when it can)."""
-
-    def __getitems__(self, batch: tuple) -> list[int]:
-        reader, ordinals = batch
-        many = getattr(reader, "many", None)
-        return [len(data) for data in (many(ordinals) if many else [reader(o) for o in ordinals])]
+def bytes_at_decode_stage(reader, ordinals) -> list[int]:
+    """What the worker's loader does before decoding: read a batch's bytes (in one go when it can)."""
+    return [len(data) for data in read_many(reader, ordinals)]
 
 
 class Puller:
-    """A DataLoader like the worker's (workers.inference.InferenceEngine): its processes kept from shard to
-    shard, fed (reader, ordinals) batches by ShardBatches."""
+    """Loader processes like the worker's (workers.feed.BatchFeed), kept from shard to shard."""
 
     def __init__(self, batch_size: int, loader_workers: int) -> None:
-        self.batches = ShardBatches(batch_size)
-        self.loader = torch.utils.data.DataLoader(
-            BytesAtDecodeStage(),
-            batch_sampler=self.batches,
-            num_workers=loader_workers,
-            persistent_workers=loader_workers > 0,
-        )
+        self.batch_size = batch_size
+        self.feed = BatchFeed(bytes_at_decode_stage, loader_workers)
 
     def pull(self, ordinals: list[int], reader) -> tuple[int, int]:
         """Images and bytes that reached the decode stage."""
-        self.batches.read_bytes, self.batches.ordinals = reader, ordinals
         images = total = 0
-        for sizes in self.loader:
+        for sizes in self.feed.batches(self.feed.submit(reader, ordinals, self.batch_size)):
             images += len(sizes)
-            total += int(sizes.sum())
+            total += sum(sizes)
         return images, total
 
 
-def make_corpus(folder: Path) -> None:
-    """DRAWN JPEGs from inference.py's recipe, and copies of them made distinct by a comment up to IMAGES."""
+def make_corpus(folder: Path, images: int = IMAGES) -> None:
+    """DRAWN JPEGs from inference.py's recipe, and copies of them made distinct by a comment, `images` in
+    all."""
     folder.mkdir(parents=True, exist_ok=True)
-    if len(list(folder.glob("*.jpg"))) >= IMAGES:
+    if len(list(folder.glob("*.jpg"))) >= images:
         return
-    drawn = make_jpegs(folder, DRAWN, seed=0, sides=SIDES)
-    for index in range(DRAWN, IMAGES):
+    drawn = make_jpegs(folder, min(DRAWN, images), seed=0, sides=SIDES)
+    for index in range(DRAWN, images):
         data = drawn[index % DRAWN].read_bytes()
         comment = f"copy {index}".encode()
         marker = b"\xff\xfe" + (len(comment) + 2).to_bytes(2, "big") + comment  # COM segment after SOI
@@ -227,8 +216,8 @@ def main() -> None:
     )
     parser.add_argument("--json", action="store_true", help="Print one JSON line of figures.")
     parser.add_argument("--workdir", type=Path, help="Keep the corpus, database and store here (reused).")
-    parser.add_argument("--batch-size", type=int, default=256, help="Images per DataLoader batch (archive).")
-    parser.add_argument("--loader-workers", type=int, default=2, help="DataLoader processes.")
+    parser.add_argument("--batch-size", type=int, default=256, help="Images per loader batch (archive).")
+    parser.add_argument("--loader-workers", type=int, default=2, help="Loader processes.")
     parser.add_argument("--baseline-images", type=int, default=2000, help="Images pulled one GET each.")
     parser.add_argument("--import-threads", type=int, default=2, help="Threads of the corpus import.")
     args = parser.parse_args()

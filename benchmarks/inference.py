@@ -3,12 +3,12 @@
 CPU (default): resnet18 at 224 px over JPEG files made here, the engine against a plain hand-written
 timm loop (PIL open, timm transform, batched forward, no DataLoader workers) in the same run; target
 ratio >= 1.0.
-CUDA (--device cuda): resnet50 in bf16 from pre-decoded uint8 tensors and from JPEG files; targets on
-one H200: >= 20,000 img/s pre-decoded, >= 5,000 img/s from JPEG. Skips cleanly without CUDA.
+CUDA (--device cuda): resnet50 (or --model) in bf16 from pre-decoded uint8 tensors and from JPEG files;
+targets on one H200: >= 20,000 img/s pre-decoded, >= 5,000 img/s from JPEG. Skips cleanly without CUDA.
 Weights are random, saved to a file and loaded through app.classifiers.timm_source like a user's.
 
     .venv/bin/python benchmarks/inference.py [--images 2000] [--json]
-    .venv/bin/python benchmarks/inference.py --device cuda [--compile] [--json]
+    .venv/bin/python benchmarks/inference.py --device cuda [--compile] [--model NAME] [--json]
 """
 
 import argparse
@@ -130,9 +130,10 @@ def run_cpu(images: int, batch_size: int, rounds: int, workdir: Path) -> dict:
     }
 
 
-def run_cuda(images: int, batch_size: int, compile_model: bool, workdir: Path) -> dict:
-    """resnet50 in bf16 on the GPU: from pre-decoded tensors, then from JPEG files decoded by the engine."""
-    model = load_random_model("resnet50", workdir)
+def run_cuda(images: int, batch_size: int, compile_model: bool, architecture: str, workdir: Path) -> dict:
+    """A model (resnet50) in bf16 on the GPU: from pre-decoded tensors, then from JPEG files decoded by the
+    engine."""
+    model = load_random_model(architecture, workdir)
     engine = InferenceEngine([model], device="cuda", batch_size=batch_size, compile=compile_model)
     predecoded = predecoded_rate(engine, batch_size, batches=50)
     paths = make_jpegs(workdir, images)
@@ -141,7 +142,7 @@ def run_cuda(images: int, batch_size: int, compile_model: bool, workdir: Path) -
     from_jpeg = len(paths) * passes / engine_seconds(engine, paths, len(paths) * passes)
     return {
         "device": torch.cuda.get_device_name(),
-        "model": "resnet50",
+        "model": architecture,
         "dtype": "bfloat16",
         "compile": compile_model,
         "batch_size": batch_size,
@@ -166,6 +167,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=int, help="default 64 on CPU, 256 on CUDA")
     parser.add_argument("--rounds", type=int, default=4, help="alternating timed parts on CPU (default 4)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA only)")
+    parser.add_argument("--model", default="resnet50", help="timm architecture on CUDA (default resnet50)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -175,7 +177,9 @@ def main(argv: list[str] | None = None) -> None:
             if args.device == "cpu":
                 result = run_cpu(args.images, args.batch_size or 64, args.rounds, Path(workdir))
             else:
-                result = run_cuda(args.images, args.batch_size or 256, args.compile, Path(workdir))
+                result = run_cuda(
+                    args.images, args.batch_size or 256, args.compile, args.model, Path(workdir)
+                )
     if args.json:
         print(json.dumps(result))
     else:

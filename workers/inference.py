@@ -1,38 +1,34 @@
 """Batched timm inference over competition images, producing dense prediction arrays per classifier.
 
-Images are read and decoded in DataLoader worker processes (Pillow, EXIF orientation, RGB) and resized
-and cropped once per distinct preprocessing geometry; on a CUDA device, the loader processes leave complete
-upright RGB JPEGs undecoded and the GPU decodes them (nvJPEG through torchvision.io.decode_jpeg) and resizes
-and crops them with the same timm transforms, on tensors; classifiers that share it share the decoded uint8
-batch and normalise it with their own mean/std on the device. On a GPU models run channels_last under
-bf16 autocast (optionally torch.compile'd) with pinned, non-blocking copies; on CPU in fp32.
-An image Pillow cannot decode gets a no-prediction row instead of failing the shard.
+Images are read and decoded in loader processes (workers/feed.py: Pillow, EXIF orientation, RGB) and resized
+and cropped once per distinct preprocessing geometry; on a CUDA device, the loader processes ship complete,
+upright, baseline JPEGs as bytes and the GPU decodes them (nvJPEG through torchvision.io.decode_jpeg) and
+resizes and crops them with the same timm transforms, on tensors, one call per group of equal sizes;
+classifiers that share a geometry share the decoded uint8 batch and normalise it with their own mean/std on
+the device. On a GPU the next batch is decoded, uploaded (through a reused pinned buffer) and transformed on
+a stream of its own while the model runs the current one on the default stream; models run channels_last
+under bf16 autocast (optionally torch.compile'd), and their outputs come back to the host without a sync
+until a shard's predictions are asked for. On CPU in fp32. An image that decodes nowhere gets a
+no-prediction row instead of failing the shard.
 """
 
-import io
+import contextlib
 import math
 import os
-import warnings
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import timm.data
 import torch
-import torchvision.io
-from PIL import Image, ImageOps
 
 from app.classifiers.prediction_store import TOP_K, Predictions
+from workers.decoding import decode_jpegs
+from workers.feed import BatchFeed, BatchLoader, FeedShard, LoadedBatch, ReadBytes, Transform
 
-ReadBytes = Callable[[int], bytes | memoryview]
-"""The bytes of the image at an ordinal; a reader with a `many(ordinals)` method reads a batch in one go."""
-Sample = tuple[list[torch.Tensor], bool, torch.Tensor | None]
-"""One image from a loader process: a tensor per geometry, whether it decoded, and its JPEG bytes when the
-device is left to decode it (then the tensors are placeholders)."""
 Progress = Callable[[int, int], None]
 
 LOG2 = math.log(2.0)
-EXIF_ORIENTATION = 0x0112
 
 
 @dataclass(frozen=True, eq=False)
@@ -48,7 +44,7 @@ class PreparedModel:
 
 @dataclass(frozen=True, eq=False)
 class BatchPredictions:
-    """One batch's top-k labels and probabilities and entropies, still on the device."""
+    """One batch's top-k labels and probabilities and entropies."""
 
     top5: torch.Tensor
     top5_prob: torch.Tensor
@@ -79,59 +75,9 @@ def geometry_key(data_config: dict) -> tuple:
     )
 
 
-def uint8_transform(data_config: dict) -> Callable[[Image.Image | torch.Tensor], torch.Tensor]:
+def uint8_transform(data_config: dict) -> Transform:
     """timm's eval transform for `data_config` up to the uint8 CHW tensor (normalisation is on the device)."""
     return timm.data.create_transform(**data_config, is_training=False, use_prefetcher=True)
-
-
-def decode_image(data: bytes | memoryview) -> Image.Image | None:
-    """An RGB Pillow image upright per its EXIF orientation, or None if Pillow cannot decode `data`."""
-    try:
-        image = Image.open(io.BytesIO(data))
-        image.load()
-        ImageOps.exif_transpose(image, in_place=True)
-        return image if image.mode == "RGB" else image.convert("RGB")
-    except Exception:  # Pillow reports bad data as OSError, SyntaxError, ValueError, struct.error, ...
-        return None
-
-
-def gpu_decodable(data: bytes | memoryview) -> bool:
-    """Whether nvJPEG can take the image as it is: a complete JPEG (SOI ... EOI) in RGB with no EXIF rotation
-    (which nvJPEG does not apply); Pillow reads only its header."""
-    if bytes(data[:3]) != b"\xff\xd8\xff" or bytes(data[-2:]) != b"\xff\xd9":
-        return False
-    try:
-        with Image.open(io.BytesIO(data)) as image:
-            return image.mode == "RGB" and image.getexif().get(EXIF_ORIENTATION, 1) == 1
-    except Exception:  # as in decode_image: Pillow's many errors for bad data
-        return False
-
-
-def decode_jpegs(jpegs: list[torch.Tensor], device: torch.device) -> list[torch.Tensor | None]:
-    """RGB uint8 CHW images on `device`: nvJPEG for the batch, else one at a time, else Pillow; None for an
-    image none of them decodes."""
-    with warnings.catch_warnings():  # torchvision 0.29 deprecates its codecs for torchcodec's
-        warnings.simplefilter("ignore", DeprecationWarning)
-        try:
-            return torchvision.io.decode_jpeg(jpegs, mode=torchvision.io.ImageReadMode.RGB, device=device)
-        except RuntimeError:
-            return [_decode_one(jpeg, device) for jpeg in jpegs]
-
-
-def _decode_one(jpeg: torch.Tensor, device: torch.device) -> torch.Tensor | None:
-    """One JPEG decoded by nvJPEG, or by Pillow when nvJPEG refuses it."""
-    try:
-        return torchvision.io.decode_jpeg(jpeg, mode=torchvision.io.ImageReadMode.RGB, device=device)
-    except RuntimeError:
-        image = decode_image(jpeg.numpy().tobytes())
-        return None if image is None else torch.from_numpy(np.asarray(image)).permute(2, 0, 1).to(device)
-
-
-def collate(samples: list[Sample]) -> tuple[list[torch.Tensor], torch.Tensor, list[tuple[int, torch.Tensor]]]:
-    """A batch: a uint8 NCHW tensor per geometry, whether each image decoded, (row, JPEG) for the device."""
-    tensors, ok, jpegs = zip(*samples, strict=True)
-    batches = [torch.stack(group) for group in zip(*tensors, strict=True)]
-    return batches, torch.tensor(ok), [(row, jpeg) for row, jpeg in enumerate(jpegs) if jpeg is not None]
 
 
 def prepare_model(
@@ -171,62 +117,36 @@ def classify(prepared: PreparedModel, images: torch.Tensor) -> BatchPredictions:
     return BatchPredictions(top5=top.indices, top5_prob=top.values, entropy_bits=entropy_bits)
 
 
-class ShardBatches:
-    """The batch sampler of an engine's one long-lived DataLoader: the current shard's batches, each as
-    (read_bytes, ordinals), so that the same loader processes serve shard after shard (starting them costs
-    a fork of this process each, ~0.1 s, and a shard of 4,096 images takes about a second)."""
-
-    def __init__(self, batch_size: int) -> None:
-        self.batch_size = batch_size
-        self.read_bytes: ReadBytes | None = None
-        self.ordinals: Sequence[int] = ()
-
-    def __iter__(self) -> Iterator[tuple[ReadBytes | None, Sequence[int]]]:
-        for start in range(0, len(self.ordinals), self.batch_size):
-            yield self.read_bytes, self.ordinals[start : start + self.batch_size]
-
-    def __len__(self) -> int:
-        return math.ceil(len(self.ordinals) / self.batch_size)
+def to_host(batch: BatchPredictions) -> BatchPredictions:
+    """The batch's outputs copied to host memory behind the work queued on the device (pinned, without
+    waiting for it: read them only after the copy's event)."""
+    return BatchPredictions(
+        *(tensor.to("cpu", non_blocking=True) for tensor in (batch.top5, batch.top5_prob, batch.entropy_bits))
+    )
 
 
-class _ImageDataset(torch.utils.data.Dataset):
-    """Batches of ShardBatches as Samples; JPEGs the device can decode are left to it if asked."""
+@dataclass(eq=False)
+class ShardOutputs:
+    """A shard's outputs per model as the device produces them; `predictions()` waits for the last copy."""
 
-    def __init__(
-        self,
-        transforms: list[Callable[[Image.Image | torch.Tensor], torch.Tensor]],
-        input_sizes: list[tuple[int, int, int]],
-        jpegs_to_device: bool,
-    ) -> None:
-        self.transforms = transforms
-        self.input_sizes = input_sizes
-        self.jpegs_to_device = jpegs_to_device
+    batches: list[list[BatchPredictions]]
+    decoded: list[np.ndarray] = field(default_factory=list)
+    copied: torch.cuda.Event | None = None
 
-    def __getitems__(self, batch: tuple[ReadBytes, Sequence[int]]) -> list[Sample]:
-        """A batch: its bytes read together when the reader can (DataLoader calls this per batch)."""
-        read_bytes, ordinals = batch
-        many = getattr(read_bytes, "many", None)
-        contents = many(ordinals) if many is not None else [read_bytes(o) for o in ordinals]
-        return [self._decoded(data) for data in contents]
-
-    def _placeholders(self) -> list[torch.Tensor]:
-        """Zeros of each geometry's shape."""
-        return [torch.zeros(size, dtype=torch.uint8) for size in self.input_sizes]
-
-    def _decoded(self, data: bytes | memoryview) -> Sample:
-        """A tensor per geometry and whether the image decoded (zeros if not), or the JPEG for the device."""
-        if self.jpegs_to_device and gpu_decodable(data):
-            return self._placeholders(), True, torch.frombuffer(bytearray(data), dtype=torch.uint8)
-        image = decode_image(data)
-        if image is None:
-            return self._placeholders(), False, None
-        return [transform(image) for transform in self.transforms], True, None
+    def predictions(self) -> list[Predictions]:
+        """Dense arrays per model (row i = the shard's i-th ordinal)."""
+        if self.copied is not None:
+            self.copied.synchronize()
+        ok_rows = np.concatenate(self.decoded) if self.decoded else np.zeros(0, bool)
+        return [_to_predictions(batch_outputs, ok_rows) for batch_outputs in self.batches]
 
 
 class InferenceEngine:
     """Classifiers loaded on one device, predicting shards of images; same-geometry models share batches.
 
-    `compile` applies torch.compile on a CUDA device only; on CPU it is ignored.
+    `compile` applies torch.compile on a CUDA device only; on CPU it is ignored. JPEGs are left to the
+    device to decode on CUDA; `jpegs_to_device=True` does it on the CPU too (torchvision's libjpeg decoder),
+    which runs the GPU's path where there is none.
     """
 
     def __init__(
@@ -237,11 +157,13 @@ class InferenceEngine:
         batch_size: int = 64,
         num_workers: int | None = None,
         compile: bool = False,
+        jpegs_to_device: bool | None = None,
     ) -> None:
         self.device = torch.device(device)
         self.batch_size = batch_size
         self.num_workers = default_num_workers(self.device) if num_workers is None else num_workers
-        if self.device.type == "cuda":
+        on_cuda = self.device.type == "cuda"
+        if on_cuda:
             torch.backends.cudnn.benchmark = True  # fixed input shapes: let cuDNN pick the fastest kernels
         configs = [timm.data.resolve_model_data_config(model) for model in models]
         config_by_geometry: dict[tuple, dict] = {}
@@ -252,68 +174,129 @@ class InferenceEngine:
         self.input_sizes = [tuple(config["input_size"]) for config in config_by_geometry.values()]
         self.group_of_model = [geometries.index(geometry_key(config)) for config in configs]
         self.prepared = [
-            prepare_model(
-                model,
-                self.device,
-                compile_for_batch=batch_size if compile and self.device.type == "cuda" else None,
-            )
+            prepare_model(model, self.device, compile_for_batch=batch_size if compile and on_cuda else None)
             for model in models
         ]
-        self.batches = ShardBatches(batch_size)
-        self.loader: torch.utils.data.DataLoader | None = None
+        self.loader = BatchLoader(
+            self.transforms, self.input_sizes, on_cuda if jpegs_to_device is None else jpegs_to_device
+        )
+        self.feed: BatchFeed | None = None
+        self.stream = torch.cuda.Stream(self.device) if on_cuda else None
+        """Where batches are uploaded, decoded and transformed, beside the models' default stream."""
+        self.staging: torch.Tensor | None = None
+        self.staging_free: torch.cuda.Event | None = None
+
+    def submit(self, ordinals: Sequence[int], read_bytes: ReadBytes) -> FeedShard:
+        """Queue a shard behind those queued: its loader processes start reading it as they free up."""
+        return self._feed().submit(read_bytes, ordinals, self.batch_size)
+
+    def run(self, shard: FeedShard, progress: Progress | None = None) -> ShardOutputs:
+        """Every model over a submitted shard, batch by batch; on a GPU it returns once the work is queued."""
+        feed = self._feed()
+        if shard.feed is not feed:  # queued on a feed since closed: queue it again
+            shard = feed.submit(shard.read_bytes, shard.ordinals, self.batch_size)
+        outputs = ShardOutputs([[] for _ in self.prepared])
+        done = 0
+        try:
+            for loaded in feed.batches(shard):
+                batches, decoded = self._on_device(loaded)
+                for index, prepared in enumerate(self.prepared):
+                    batch = batches[self.group_of_model[index]]
+                    outputs.batches[index].append(to_host(classify(prepared, batch)))
+                outputs.decoded.append(decoded)
+                done += loaded.size
+                if progress is not None:
+                    progress(done, len(shard.ordinals))
+        except BaseException:
+            feed.cancel(shard)  # the processes stay, and so do the batches of shards queued behind
+            raise
+        if self.stream is not None:
+            outputs.copied = torch.cuda.Event()
+            outputs.copied.record(torch.cuda.current_stream(self.device))
+        return outputs
+
+    def cancel(self, shard: FeedShard) -> None:
+        """Let go of a submitted shard that will not run."""
+        shard.feed.cancel(shard)
 
     def predict(
         self, ordinals: Sequence[int], read_bytes: ReadBytes, progress: Progress | None = None
     ) -> list[Predictions]:
         """Predictions of every model for `ordinals` (row i = ordinals[i]), in the order models were given."""
-        self.batches.read_bytes, self.batches.ordinals = read_bytes, ordinals
-        outputs: list[list[BatchPredictions]] = [[] for _ in self.prepared]
-        decoded: list[torch.Tensor] = []
-        done = 0
-        try:
-            for batches, ok, jpegs in self._loader():
-                on_device = [batch.to(self.device, non_blocking=True) for batch in batches]
-                if jpegs:
-                    self._decode_on_device(jpegs, on_device, ok)
-                for index, prepared in enumerate(self.prepared):
-                    outputs[index].append(classify(prepared, on_device[self.group_of_model[index]]))
-                decoded.append(ok)
-                done += len(ok)
-                if progress is not None:
-                    progress(done, len(ordinals))
-        except BaseException:
-            self.loader = None  # its processes may hold this shard's batches, or be gone: start afresh
-            raise
-        ok_rows = torch.cat(decoded).numpy() if decoded else np.zeros(0, bool)
-        return [_to_predictions(batch_outputs, ok_rows) for batch_outputs in outputs]
+        return self.run(self.submit(ordinals, read_bytes), progress).predictions()
 
-    def _decode_on_device(
-        self, jpegs: list[tuple[int, torch.Tensor]], batches: list[torch.Tensor], ok: torch.Tensor
-    ) -> None:
-        """Decode the batch's JPEGs on the device into their rows of each geometry's batch (timm's transforms
-        work on tensors too); a JPEG that does not decode keeps its zeros and is marked undecoded."""
-        rows, data = zip(*jpegs, strict=True)
-        for row, image in zip(rows, decode_jpegs(list(data), self.device), strict=True):
+    def _feed(self) -> BatchFeed:
+        """The engine's loader processes, kept from shard to shard (started again if one died)."""
+        if self.feed is None or self.feed.broken:
+            if self.feed is not None:
+                self.feed.close()
+            self.feed = BatchFeed(self.loader, self.num_workers)
+        return self.feed
+
+    def _on_device(self, loaded: LoadedBatch) -> tuple[list[torch.Tensor], np.ndarray]:
+        """Each geometry's uint8 batch on the device, and which rows decoded: the loader's tensors as they
+        are when they are the whole batch on the CPU; else uploaded, JPEGs decoded and transformed there,
+        undecodable rows zeros. On a GPU on the engine's stream, which the models' stream then waits for."""
+        decoded = loaded.ok.copy()
+        if self.device.type == "cpu" and len(loaded.decoded_rows) == loaded.size:
+            return loaded.decoded, decoded
+        with torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext():
+            batches = [
+                torch.empty((loaded.size, *size), dtype=torch.uint8, device=self.device)
+                for size in self.input_sizes
+            ]
+            if len(loaded.decoded_rows):
+                rows = torch.from_numpy(loaded.decoded_rows).to(self.device)
+                for batch, tensor in zip(batches, self._upload(loaded.decoded), strict=True):
+                    batch.index_copy_(0, rows, tensor)
+            if len(loaded.jpeg_rows):
+                self._decode_jpegs(loaded, batches, decoded)
+        if self.stream is not None:
+            models_stream = torch.cuda.current_stream(self.device)
+            models_stream.wait_stream(self.stream)
+            for batch in batches:
+                batch.record_stream(models_stream)  # freed only once the models have read it
+        return batches, decoded
+
+    def _upload(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The tensors on the device; on a GPU through one pinned staging buffer, kept and reused (grown
+        when a batch needs more), copied without blocking."""
+        if self.stream is None:
+            return [tensor.to(self.device) for tensor in tensors]
+        total = sum(tensor.numel() for tensor in tensors)
+        if self.staging is None or self.staging.numel() < total:
+            self.staging = torch.empty(total, dtype=torch.uint8, pin_memory=True)
+        elif self.staging_free is not None:
+            self.staging_free.synchronize()  # the previous batch's copies have left it
+        uploaded, offset = [], 0
+        for tensor in tensors:
+            staged = self.staging[offset : offset + tensor.numel()].view(tensor.shape)
+            staged.copy_(tensor)
+            uploaded.append(staged.to(self.device, non_blocking=True))
+            offset += tensor.numel()
+        self.staging_free = torch.cuda.Event()
+        self.staging_free.record(self.stream)
+        return uploaded
+
+    def _decode_jpegs(self, loaded: LoadedBatch, batches: list[torch.Tensor], decoded: np.ndarray) -> None:
+        """Decode the batch's JPEGs on the device (nvJPEG, one call), then resize and crop each group of
+        equal sizes in one call per geometry (timm's transforms work on batched tensors) into their rows; a
+        JPEG that does not decode gets zeros and is marked undecoded."""
+        groups: dict[tuple[int, ...], list[tuple[int, torch.Tensor]]] = {}
+        for row, image in zip(
+            loaded.jpeg_rows.tolist(), decode_jpegs(loaded.jpegs(), self.device), strict=True
+        ):
             if image is None:
-                ok[row] = False
-                continue
+                decoded[row] = False
+                for batch in batches:
+                    batch[row] = 0
+            else:
+                groups.setdefault(tuple(image.shape), []).append((row, image))
+        for members in groups.values():
+            rows = torch.tensor([row for row, _ in members], device=self.device)
+            images = torch.stack([image for _, image in members])
             for batch, transform in zip(batches, self.transforms, strict=True):
-                batch[row] = transform(image)
-
-    def _loader(self) -> torch.utils.data.DataLoader:
-        """The engine's DataLoader over self.batches, its processes kept from shard to shard; they decode
-        all but the JPEGs left to a CUDA device."""
-        if self.loader is None:
-            jpegs_to_device = self.device.type == "cuda"
-            self.loader = torch.utils.data.DataLoader(
-                _ImageDataset(self.transforms, self.input_sizes, jpegs_to_device),
-                batch_sampler=self.batches,  # type: ignore[arg-type]  # DataLoader hands any batch on as is
-                num_workers=self.num_workers,
-                persistent_workers=self.num_workers > 0,
-                collate_fn=collate,
-                pin_memory=self.device.type == "cuda",
-            )
-        return self.loader
+                batch.index_copy_(0, rows, transform(images))
 
 
 def _to_predictions(batches: list[BatchPredictions], ok_rows: np.ndarray) -> Predictions:

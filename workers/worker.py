@@ -1,9 +1,13 @@
 """The worker process: claim a job, run it (predict a shard, or select a pair), report it; repeat.
 
-Leases are kept alive by a heartbeat thread; a lease lost to another worker stops the work on that job
-and its result is not reported. A classifier that cannot be loaded fails its job permanently (the
-classifier is then marked failed with the reason); any other error is reported and the job retried. A
-shard shared by several classifiers that fails is run again for each alone, so only the one at fault fails.
+No shard waits on the service: while one is predicted, the worker claims its next job on a thread of its own
+(the service I/O thread) and, when that is a shard for the same classifiers, queues it on the engine's loader
+processes, which start reading it before the current shard ends; a shard's predictions are uploaded from that
+thread while the next shard runs. Leases are kept alive by a heartbeat thread (workers/leases.py); a lease
+lost to another worker stops the work on that job and its result is not reported. A classifier that cannot
+be loaded fails its job permanently (the classifier is then marked failed with the reason); any other error
+is reported and the job retried. A shard shared by several classifiers that fails is run again for each
+alone, so only the one at fault fails.
 """
 
 import os
@@ -12,6 +16,7 @@ import threading
 import traceback
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,8 +31,10 @@ from app.core.taxonomy_sources import cached_taxonomy
 from app.jobs.enums import JobKind
 from app.jobs.schemas import ClaimedJob, ClaimResponse, PredictTask
 from workers.client import LeaseLost, ServiceClient, ServiceUnavailable
+from workers.feed import FeedShard, ReadBytes
 from workers.image_readers import choose_reader
-from workers.inference import InferenceEngine
+from workers.inference import InferenceEngine, ShardOutputs
+from workers.leases import LeaseKeeper
 
 SELECTION_FIELDS = ("top1", "prob")
 TRANSIENT_ERRORS = (httpx.TransportError, ServiceUnavailable)
@@ -59,39 +66,21 @@ class WorkerOptions:
         return self.device
 
 
-class LeaseKeeper:
-    """Heartbeats the leases of the jobs in hand from a background thread, recording progress and losses."""
+@dataclass(eq=False)
+class Ahead:
+    """The next claim, made on the service I/O thread while a shard runs, with the reader of its shard."""
 
-    def __init__(self, client: ServiceClient, leases: dict[int, str], interval_s: float):
-        self.client = client
-        self.leases = dict(leases)
-        self.interval_s = interval_s
-        self.progress_done = 0
-        self.lost: set[int] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name="lease-keeper", daemon=True)
+    claimed: Future[tuple[ClaimResponse, ReadBytes | None]]
+    looked_at: bool = False
 
-    def __enter__(self) -> "LeaseKeeper":
-        self._thread.start()
-        return self
 
-    def __exit__(self, *exc_info) -> None:
-        self._stop.set()
-        self._thread.join()
+@dataclass(eq=False)
+class QueuedShard:
+    """A shard claimed ahead and queued on an engine's loader processes, for these jobs."""
 
-    def _beat(self) -> None:
-        """Every interval, extend the leases still held; a refused one is recorded as lost."""
-        while not self._stop.wait(self.interval_s):
-            held_leases = [(j, t, self.progress_done) for j, t in self.leases.items() if j not in self.lost]
-            try:
-                held = self.client.heartbeat(held_leases)
-            except Exception:  # a missed beat is retried next interval; the lease has slack
-                continue
-            self.lost |= {job_id for job_id, is_held in held.items() if not is_held}
-
-    def all_lost(self) -> bool:
-        """True when every lease in hand was taken over."""
-        return self.lost >= set(self.leases)
+    engine: InferenceEngine
+    job_ids: tuple[int, ...]
+    shard: FeedShard
 
 
 @dataclass
@@ -110,66 +99,103 @@ class Worker:
     storage_url: str = ""
     """Where the service keeps its blobs, from the latest claim."""
     jobs_done: int = 0
+    io_client: ServiceClient = field(init=False)
+    """The service I/O thread's own client (claims ahead, uploads), like `client`."""
+    keeper: LeaseKeeper = field(init=False)
+    io: ThreadPoolExecutor = field(init=False)
+    stop: threading.Event = field(init=False, default_factory=threading.Event)
+    ahead: Ahead | None = field(init=False, default=None)
+    queued: QueuedShard | None = field(init=False, default=None)
+    uploads: list[Future] = field(init=False, default_factory=list)
+    counting: threading.Lock = field(init=False, default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.io_client = ServiceClient(self.client.base_url, self.client.token)
 
     def run(self, *, exit_when_idle: bool, poll_s: float = 2.0, stop: threading.Event | None = None) -> int:
         """Claim and run jobs, returning how many finished; stop on `stop` or, if asked, when all are done."""
-        stop = stop or threading.Event()
-        while not stop.is_set():
+        self.stop = stop or threading.Event()
+        with (
+            LeaseKeeper(self.heartbeat_client) as self.keeper,
+            ThreadPoolExecutor(1, thread_name_prefix="service-io") as self.io,
+        ):
+            try:
+                while (claim := self._next_claim(exit_when_idle, poll_s)) is not None:
+                    self.run_claim(claim)
+            finally:
+                self._drain()
+                self._drop_queued()
+                self.ahead = None  # its leases, if any, run out: the jobs are taken over
+        return self.jobs_done
+
+    def _next_claim(self, exit_when_idle: bool, poll_s: float) -> ClaimResponse | None:
+        """The claim made ahead when it has jobs; else, once this worker's uploads are done (so that the
+        service counts unfinished jobs right), a claim made now; None when stopped or idle and asked to
+        exit then."""
+        while not self.stop.is_set():
+            claim = self._take_ahead()
+            if claim is not None and claim.jobs:
+                return claim
+            self._drain()
             try:
                 claim = self.client.claim(self.name)
             except TRANSIENT_ERRORS as error:  # the service is restarting or lost its database: wait for it
                 self.report(f"service unavailable, retrying ({type(error).__name__})", 0, 1)
-                stop.wait(poll_s)
+                self.stop.wait(poll_s)
                 continue
-            if not claim.jobs:
-                if exit_when_idle and claim.unfinished == 0:
-                    break
-                stop.wait(poll_s)
-                continue
-            self.run_claim(claim)
-        return self.jobs_done
+            if claim.jobs:
+                self.keeper.hold(claim.jobs, claim.lease_seconds)
+                return claim
+            if exit_when_idle and claim.unfinished == 0:
+                return None
+            self.stop.wait(poll_s)
+        return None
 
     def run_claim(self, claim: ClaimResponse) -> None:
-        """Run the jobs of one claim under heartbeats."""
+        """Run the jobs of one claim, whose leases are held; a predict shard's upload is left queued on the
+        service I/O thread."""
         jobs = claim.jobs
         self.storage_url = claim.storage_url
-        leases = {job.id: job.lease_token for job in jobs}
-        with LeaseKeeper(self.heartbeat_client, leases, interval_s=claim.lease_seconds / 3) as keeper:
-            try:
-                if jobs[0].kind == JobKind.predict:
-                    self._predict(jobs, keeper)
-                else:
-                    self._select(jobs[0], keeper)
-            except LeaseLost:
-                return
-            except Exception:
-                if jobs[0].kind == JobKind.predict and len(jobs) > 1:
-                    self._predict_each_alone(jobs, keeper)
-                else:
-                    self._fail_held(jobs, keeper, traceback.format_exc(limit=5), permanent=False)
+        try:
+            if jobs[0].kind == JobKind.predict:
+                self._predict(jobs)
+            else:
+                self._select(jobs[0])
+                self.keeper.release(jobs)
+        except LeaseLost:
+            self.keeper.release(jobs)
+        except Exception:
+            if jobs[0].kind == JobKind.predict and len(jobs) > 1:
+                self._predict_each_alone(jobs)
+            else:
+                self._fail_held(jobs, traceback.format_exc(limit=5), permanent=False)
 
-    def _predict_each_alone(self, jobs: list[ClaimedJob], keeper: LeaseKeeper) -> None:
+    def _predict_each_alone(self, jobs: list[ClaimedJob]) -> None:
         """After a shard shared by several classifiers failed, run it for each on its own, so that only the
         classifier at fault (say, one whose preprocessing cannot be done) fails its job."""
         self.engine = None
         for job in jobs:
-            if job.id in keeper.lost:
+            if job.id in self.keeper.lost:
+                self.keeper.release([job])
                 continue
             try:
-                self._predict([job], keeper)
+                self._predict([job])
             except LeaseLost:
-                continue
+                self.keeper.release([job])
             except Exception:
-                self._fail_held([job], keeper, traceback.format_exc(limit=5), permanent=False)
+                self._fail_held([job], traceback.format_exc(limit=5), permanent=False)
 
-    def _fail_held(self, jobs: list[ClaimedJob], keeper: LeaseKeeper, error: str, permanent: bool) -> None:
-        """Report a failure for each job whose lease is still ours."""
+    def _fail_held(
+        self, jobs: list[ClaimedJob], error: str, permanent: bool, client: ServiceClient | None = None
+    ) -> None:
+        """Report a failure for each job whose lease is still ours, and stop holding them."""
         for job in jobs:
-            if job.id not in keeper.lost:
+            if job.id not in self.keeper.lost:
                 try:
-                    self.client.fail(job.id, job.lease_token, error, permanent)
+                    (client or self.client).fail(job.id, job.lease_token, error, permanent)
                 except (LeaseLost, *TRANSIENT_ERRORS):  # unreported: the lease runs out, the job is retried
                     pass
+        self.keeper.release(jobs)
 
     def _model(self, task: PredictTask) -> torch.nn.Module:
         """The classifier's timm model, loaded once and kept while its shards keep coming."""
@@ -207,8 +233,8 @@ class Worker:
             self.engine_classifiers = classifier_ids
         return self.engine
 
-    def _predict(self, jobs: list[ClaimedJob], keeper: LeaseKeeper) -> None:
-        """Predict one shard with every claimed classifier at once (shared decoding), upload each result."""
+    def _predict(self, jobs: list[ClaimedJob]) -> None:
+        """Predict one shard with every claimed classifier at once (shared decoding); queue the uploads."""
         tasks = [(job, _predict_task(job)) for job in jobs]
         wanted = {task.classifier_id for _, task in tasks}
         self.models = {cid: model for cid, model in self.models.items() if cid in wanted}
@@ -218,42 +244,116 @@ class Worker:
                 models.append(self._model(task))
                 runnable.append((job, task))
             except ClassifierSourceError as error:
-                self._fail_held([job], keeper, str(error), permanent=True)
+                self._fail_held([job], str(error), permanent=True)
         if not runnable:
             return
+        held = [job for job, _ in runnable]
         lease, task = runnable[0]
-        ordinals = [image.ordinal for image in task.images]
-        if ordinals != list(range(task.shard_start, task.shard_end)):
-            raise RuntimeError(f"shard {task.shard_start}-{task.shard_end} lists ordinals out of order")
-        reader = choose_reader(
-            self.storage_url,
-            task.images,
-            self.client.base_url,
-            self.client.token,
-            lease.id,
-            lease.lease_token,
+        classifier_ids = tuple(task.classifier_id for _, task in runnable)
+        engine = self._engine(classifier_ids, models)
+        shard = self._queued_shard(engine, held) or engine.submit(
+            _shard_ordinals(task), self._reader(self.storage_url, lease, self.client)
         )
-        engine = self._engine(tuple(task.classifier_id for _, task in runnable), models)
         names = ", ".join(task.classifier_name for _, task in runnable)
         label = f"predict {task.shard_start}–{task.shard_end} ({names})"
 
         def progress(done: int, total: int) -> None:
-            keeper.progress_done = done
+            self.keeper.report_progress(held, done)
             self.report(label, done, total)
-            if keeper.all_lost():
+            if self.keeper.all_lost(held):
                 raise LeaseLost("every lease of this shard was taken over")
+            self._look_ahead(engine, classifier_ids)
 
-        results = engine.predict(ordinals, reader, progress)
-        for (job, _), predictions in zip(runnable, results, strict=True):
-            if job.id in keeper.lost:
+        outputs = engine.run(shard, progress)
+        self.uploads.append(self.io.submit(self._upload, held, outputs))
+
+    def _upload(self, jobs: list[ClaimedJob], outputs: ShardOutputs) -> None:
+        """On the service I/O thread: each job's predictions, once the device has them, uploaded under its
+        lease (a refused upload is reported as the job's failure, to be retried); then the jobs are let go."""
+        try:
+            results = outputs.predictions()
+        except Exception:
+            self._fail_held(jobs, traceback.format_exc(limit=5), permanent=False, client=self.io_client)
+            return
+        for job, predictions in zip(jobs, results, strict=True):
+            if job.id in self.keeper.lost:
                 continue
             try:
-                self.client.complete_predict(job.id, job.lease_token, predictions)
-                self.jobs_done += 1
+                self.io_client.complete_predict(job.id, job.lease_token, predictions)
             except LeaseLost:
                 continue
+            except Exception:
+                self._fail_held([job], traceback.format_exc(limit=5), permanent=False, client=self.io_client)
+                continue
+            with self.counting:
+                self.jobs_done += 1
+        self.keeper.release(jobs)
 
-    def _select(self, job: ClaimedJob, keeper: LeaseKeeper) -> None:
+    def _look_ahead(self, engine: InferenceEngine, classifier_ids: tuple[int, ...]) -> None:
+        """While a shard runs: claim the next job on the service I/O thread; once it is claimed, and if it is
+        a shard for the same classifiers, queue it on the engine behind the current one."""
+        if self.stop.is_set():
+            return
+        if self.ahead is None:
+            self.ahead = Ahead(self.io.submit(self._claim_ahead))
+            return
+        if self.ahead.looked_at or not self.ahead.claimed.done() or self.ahead.claimed.exception():
+            return
+        self.ahead.looked_at = True
+        claim, reader = self.ahead.claimed.result()
+        if reader is None or _classifier_ids(claim.jobs) != classifier_ids:
+            return
+        try:
+            ordinals = _shard_ordinals(_predict_task(claim.jobs[0]))
+        except RuntimeError:  # the claim fails with this error when it runs
+            return
+        self.queued = QueuedShard(engine, _job_ids(claim.jobs), engine.submit(ordinals, reader))
+
+    def _claim_ahead(self) -> tuple[ClaimResponse, ReadBytes | None]:
+        """On the service I/O thread: claim, hold the leases, and for a predict shard choose its reader."""
+        claim = self.io_client.claim(self.name)
+        if not claim.jobs:
+            return claim, None
+        self.keeper.hold(claim.jobs, claim.lease_seconds)
+        first = claim.jobs[0]
+        if first.kind != JobKind.predict:
+            return claim, None
+        return claim, self._reader(claim.storage_url, first, self.io_client)
+
+    def _take_ahead(self) -> ClaimResponse | None:
+        """The claim made ahead, if any (None if it failed: a claim made now will say why)."""
+        ahead, self.ahead = self.ahead, None
+        if ahead is None or ahead.claimed.exception() is not None:
+            return None
+        return ahead.claimed.result()[0]
+
+    def _queued_shard(self, engine: InferenceEngine, jobs: list[ClaimedJob]) -> FeedShard | None:
+        """The shard queued ahead for these jobs on this engine; a shard queued for others is dropped."""
+        queued, self.queued = self.queued, None
+        if queued is not None and queued.engine is engine and queued.job_ids == _job_ids(jobs):
+            return queued.shard
+        if queued is not None:
+            queued.engine.cancel(queued.shard)
+        return None
+
+    def _drop_queued(self) -> None:
+        """Let go of a shard queued ahead that will not run."""
+        if self.queued is not None:
+            self.queued.engine.cancel(self.queued.shard)
+            self.queued = None
+
+    def _drain(self) -> None:
+        """Wait for the uploads in flight."""
+        for upload in self.uploads:
+            upload.result()
+        self.uploads.clear()
+
+    def _reader(self, storage_url: str, job: ClaimedJob, client: ServiceClient) -> ReadBytes:
+        """How the loader processes read this job's shard."""
+        task = _predict_task(job)
+        return choose_reader(storage_url, task.images, client.base_url, client.token, job.id, job.lease_token)
+
+    def _select(self, job: ClaimedJob) -> None:
         """Algorithm 1 for one pair over the whole corpus, its reserve and its diagnosis; upload them."""
         task = job.select
         if task is None:
@@ -281,10 +381,11 @@ class Worker:
         diagnosis = diagnose_pair(
             *predictions, selected=selection.n_selected, threshold=threshold, rule=rule, excluded=excluded
         )
-        if keeper.all_lost():
+        if self.keeper.all_lost([job]):
             raise LeaseLost("the selection was taken over")
         self.client.complete_select(job.id, job.lease_token, selection, diagnosis)
-        self.jobs_done += 1
+        with self.counting:
+            self.jobs_done += 1
         self.report(label, 1, 1)
 
     def _predictions_of(self, classifier_id: int, n_images: int) -> dict[str, np.ndarray]:
@@ -315,6 +416,24 @@ def _predict_task(job: ClaimedJob) -> PredictTask:
     return job.predict
 
 
+def _shard_ordinals(task: PredictTask) -> list[int]:
+    """The ordinals of a task's images, which must be its shard's range in order."""
+    ordinals = [image.ordinal for image in task.images]
+    if ordinals != list(range(task.shard_start, task.shard_end)):
+        raise RuntimeError(f"shard {task.shard_start}-{task.shard_end} lists ordinals out of order")
+    return ordinals
+
+
+def _classifier_ids(jobs: list[ClaimedJob]) -> tuple[int, ...]:
+    """The classifiers of a predict claim's jobs, in order."""
+    return tuple(sorted(_predict_task(job).classifier_id for job in jobs))
+
+
+def _job_ids(jobs: list[ClaimedJob]) -> tuple[int, ...]:
+    """Job ids in order."""
+    return tuple(sorted(job.id for job in jobs))
+
+
 def run_worker(
     *,
     url: str,
@@ -333,3 +452,4 @@ def run_worker(
     finally:
         client.close()
         heartbeat_client.close()
+        worker.io_client.close()

@@ -15,6 +15,7 @@ from sqlalchemy import select
 from app.classifiers.enums import ClassifierSource
 from app.classifiers.service import list_classifiers
 from app.competitions import service as competitions_service
+from app.competitions.dependencies import CompetitionDep
 from app.competitions.members import list_members
 from app.core.taxonomy_sources import BUILTIN_TAXONOMIES
 from app.db.base import utcnow
@@ -38,7 +39,6 @@ from app.users import invitations
 from app.users import service as users_service
 from app.users.auth import ADMIN_ROLES, OptionalUser, page_user
 from app.users.models import Role
-from app.web.dependencies import CompetitionDep
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)

@@ -18,6 +18,7 @@ from app.classifiers.enums import ClassifierSource
 from app.classifiers.models import Classifier
 from app.classifiers.prediction_store import ARRAY_DTYPES
 from app.classifiers.schemas import ClassifierRead, DataConfig
+from app.competitions.dependencies import CompetitionDep
 from app.db.session import SessionDep
 from app.errors import InvalidInput
 from app.images.service import competition_image_count
@@ -26,7 +27,7 @@ from app.storage.keys import weights_key
 from app.storage.responses import blob_response
 from app.users.auth import AdminUser, OptionalUser, WorkerUser
 from app.users.models import Role
-from app.web.dependencies import CompetitionDep, SettingsDep
+from app.web.dependencies import SettingsDep
 from app.web.errors import error_responses
 
 router = APIRouter(prefix="/api/v1", tags=["classifiers"])

@@ -65,7 +65,7 @@ class CompetitionVersion(Base):
     from: the competition, its classifiers, pair subsets and images, and its questions' votes and
     outcomes (on Postgres once per statement, per row for a vote's counts; on SQLite per row). The sum
     over writers is the competition's data version, which keys the public read cache
-    (app/web/public_reads.py). One row per writer (the Postgres backend process; 0 on SQLite) keeps
+    (app/leaderboard/public_reads.py). One row per writer (the Postgres backend process; 0 on SQLite) keeps
     concurrent transactions off a shared row: each bumps its own, so none waits for another's commit or
     deadlocks with labelling's lock order, and a commit in any order still raises the sum. No foreign
     key: deleting a competition deletes its classifiers in cascade, whose triggers write here.

@@ -3,6 +3,7 @@
 from fastapi import APIRouter, status
 
 from app.competitions import members, service
+from app.competitions.dependencies import CompetitionDep
 from app.competitions.schemas import (
     ClassRead,
     CompetitionCreate,
@@ -14,7 +15,6 @@ from app.db.session import SessionDep
 from app.images.service import image_counts
 from app.users.auth import AdminUser
 from app.users.service import get_user
-from app.web.dependencies import CompetitionDep
 from app.web.errors import error_responses
 
 router = APIRouter(prefix="/api/v1/competitions", tags=["competitions"])

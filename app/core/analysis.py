@@ -180,15 +180,6 @@ def worst_classes(
     ]
 
 
-def worst_class_precision(
-    taxonomy: Taxonomy, predicted: ArrayLike, correct: ArrayLike, min_support: int = 3
-) -> GroupPrecision | None:
-    """WCP = min_c precision_c over classes with support ≥ min_support (Bitterwolf et al. Eq. 3, MAD labels);
-    None if no class has enough support."""
-    worst = worst_classes(taxonomy, predicted, correct, min_support)
-    return worst[0] if worst else None
-
-
 def worst_superclasses(
     taxonomy: Taxonomy, predicted: ArrayLike, correct: ArrayLike, min_support: int = 10, count: int = 1
 ) -> list[GroupPrecision]:
@@ -212,15 +203,6 @@ def worst_superclasses(
         )
         for i in _worst(group_precision, group_support, min_support)[:count]
     ]
-
-
-def worst_superclass(
-    taxonomy: Taxonomy, predicted: ArrayLike, correct: ArrayLike, min_support: int = 10
-) -> GroupPrecision | None:
-    """The superclass of lowest pooled precision with support ≥ min_support (see worst_superclasses); None
-    if no superclass has enough support."""
-    worst = worst_superclasses(taxonomy, predicted, correct, min_support)
-    return worst[0] if worst else None
 
 
 def _worst(precision: np.ndarray, support: np.ndarray, min_support: int) -> list[int]:

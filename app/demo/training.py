@@ -8,7 +8,8 @@ import timm
 import torch
 from PIL import Image
 
-from workers.inference import decode_image, uint8_transform
+from workers.decoding import decode_image
+from workers.inference import uint8_transform
 
 BATCH_SIZE = 32
 LEARNING_RATE = 3e-3

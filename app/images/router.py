@@ -8,6 +8,7 @@ from fastapi import APIRouter, File, Query, Request, UploadFile, status
 from fastapi.responses import FileResponse, Response
 from sqlalchemy import select
 
+from app.competitions.dependencies import CompetitionDep
 from app.db.session import SessionDep
 from app.errors import NotFound
 from app.images import service
@@ -30,7 +31,7 @@ from app.storage.blobs import IMMUTABLE as IMMUTABLE_CACHE_CONTROL
 from app.storage.keys import image_key, thumbnail_key
 from app.storage.responses import blob_response
 from app.users.auth import AdminUser
-from app.web.dependencies import CompetitionDep, SettingsDep
+from app.web.dependencies import SettingsDep
 from app.web.errors import error_responses
 
 router = APIRouter(tags=["images"])

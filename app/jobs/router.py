@@ -10,6 +10,7 @@ from fastapi.responses import StreamingResponse
 from app.classifiers.models import Classifier
 from app.classifiers.npz import load_npz
 from app.classifiers.prediction_store import Predictions
+from app.competitions.dependencies import CompetitionDep
 from app.competitions.models import Competition
 from app.core.selection import PairDiagnosis, PairSelection
 from app.db.session import SessionDep
@@ -34,7 +35,7 @@ from app.jobs.schemas import (
     SelectTask,
 )
 from app.users.auth import AdminUser, WorkerUser
-from app.web.dependencies import CompetitionDep, SettingsDep
+from app.web.dependencies import SettingsDep
 from app.web.errors import error_responses
 
 router = APIRouter(prefix="/api/v1", tags=["jobs"])

@@ -49,14 +49,28 @@ class _Votes:
     my_answer: bool | None
     adjudicated: bool = False
 
+    @classmethod
+    def of(cls, row) -> "_Votes":
+        """The vote state in an IMAGE_QUESTIONS row."""
+        return cls(
+            id=row.id,
+            yes_votes=row.yes_votes,
+            no_votes=row.no_votes,
+            outcome=row.outcome,
+            decided_at=row.decided_at,
+            gold_answer=row.gold_answer,
+            my_answer=row.my_answer,
+        )
+
 
 def submit_answers(
     *, db_session: Session, competition: LabellingSettings, user: Labeller, answers: Sequence[Answer]
 ) -> SubmitResult:
     """Record an annotator's answers on one image; a strict majority of the panel decides a question and
     stops its asking (paper Sec. 3.1). Answers to questions decided meanwhile are not stored; resending an
-    answer already stored is a no-op; changing one needs undo. New answers are then checked
-    (app.labelling.quality), which may pause the annotator."""
+    answer already stored is a no-op; changing one needs undo. Each answer's seconds are the client's,
+    bounded by the server's clock (timed_seconds). New answers are then checked (app.labelling.quality),
+    which may pause the annotator."""
     question_ids = [answer.question_id for answer in answers]
     if len(set(question_ids)) != len(question_ids):
         raise InvalidInput("each question may be answered once per submission")
@@ -69,9 +83,10 @@ def submit_answers(
     item = items[0]
     rows = IMAGE_QUESTIONS.rows(db_session, {**where, "image_id": item.image_id, "item_id": item.id})
     _check_may_answer(rows[0].my_status)
-    questions = {row.id: _Votes(*row[:-2]) for row in rows}
+    questions = {row.id: _Votes.of(row) for row in rows}
     now = utcnow()
     new_votes, gold_answers, counted, already_decided = [], [], [], []
+    claimed: list[float | None] = []
     for answer in answers:
         question = questions[answer.question_id]
         if question.my_answer is not None:
@@ -83,7 +98,8 @@ def submit_answers(
             continue
         question.my_answer = answer.answer
         vote = {"question_id": question.id, "user_id": user.id, "answer": answer.answer, "created_at": now}
-        new_votes.append({**vote, "competition_id": competition.id, "seconds": answer.seconds})
+        new_votes.append({**vote, "competition_id": competition.id})
+        claimed.append(answer.seconds)
         if question.gold_answer is not None:
             gold_answers.append(vote)
         elif not user.votes_excluded:
@@ -95,6 +111,9 @@ def submit_answers(
         for question in questions.values()
     )
     annotators_needed = _annotators_needed(db_session, competition, questions, item.discarded, gold_answers)
+    elapsed = max(0.0, (now - rows[0].my_leased_at).total_seconds())
+    for vote, seconds in zip(new_votes, timed_seconds(claimed, elapsed), strict=True):
+        vote["seconds"] = seconds
     with pipelined(db_session):
         if new_votes:
             INSERT_VOTE.write(db_session, new_votes)
@@ -114,6 +133,20 @@ def submit_answers(
     return SubmitResult(len(new_votes), already_decided, item_done, paused, annotators_needed)
 
 
+def timed_seconds(claimed: Sequence[float | None], elapsed: float) -> list[float]:
+    """The seconds stored for a submission's new answers: what the client claims for each, the server's own
+    clock the upper bound. `elapsed` is the time since the image was handed to the annotator (or since their
+    last answer on it); an answer sent without seconds claims an equal share of it, and claims that add up to
+    more than `elapsed` are scaled down to add up to it: s_i = c_i · min(1, elapsed / Σ c)."""
+    if not claimed:
+        return []
+    share = elapsed / len(claimed)
+    claims = [share if seconds is None else seconds for seconds in claimed]
+    total = sum(claims)
+    scale = 1.0 if total <= elapsed else elapsed / total
+    return [seconds * scale for seconds in claims]
+
+
 def _annotators_needed(
     db_session: Session,
     competition: LabellingSettings,
@@ -131,7 +164,7 @@ def _annotators_needed(
         return rules.annotators_to_decide(questions.values(), competition.panel_size)
     counts = Counter(
         {
-            (row[0], row[1]): row[2]
+            (row.question_id, row.answer): row.votes
             for row in db_session.execute(GOLD_VOTE_COUNTS, {"question_ids": [q.id for q in gold]})
         }
     )

@@ -5,6 +5,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from sqlalchemy.orm import Session
 
+from app.competitions.dependencies import CompetitionDep
 from app.competitions.members import MEMBERS_ONLY, competitions_of, may_label
 from app.competitions.models import Competition
 from app.competitions.service import class_definitions
@@ -12,9 +13,9 @@ from app.db.session import SessionDep
 from app.errors import Forbidden
 from app.labelling.annotators import images_left
 from app.labelling.quality import paused_message, paused_reason
+from app.labelling.rules import too_difficult
 from app.users.auth import ANNOTATOR_ROLES, OptionalUser, page_user
 from app.users.models import User
-from app.web.dependencies import CompetitionDep
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
@@ -38,6 +39,7 @@ def label_page(request: Request, db_session: SessionDep, user: OptionalUser, com
         user=annotator,
         competition=competition,
         paused=paused,
+        flag_decides_alone=too_difficult(1, competition.panel_size),
         elsewhere=other_work(db_session, annotator, competition.id),
     )
 

@@ -33,7 +33,9 @@ def recent_votes(
     the answer's pipelined writes have ended: sent inside them, it goes in their round trip and sees them."""
     where = {"competition_id": competition.id, "user_id": user.id}
     rows = QUALITY_WINDOW.rows_after_sync(db_session, where)
-    return lambda: [checks.RecentVote(*row) for row in rows()]
+    return lambda: [
+        checks.RecentVote(row.answer, row.seconds, row.since_run_flag, row.since_fast_flag) for row in rows()
+    ]
 
 
 def check_answers(

@@ -1,41 +1,33 @@
-"""Labelling API: lease the next image, answer, flag, skip, undo, progress; gold, annotators and adjudication
-(admin).
+"""Labelling API for the annotator: lease the next image, answer, flag, skip, undo, progress.
 
-The annotator's endpoints are the hot path (every answer passes through them): the caller and the
-competition are read in one query, then the endpoint's database work and its commit follow, all in one
-worker thread (LabellingRequest.run, app.db.session.in_one_thread). The admin endpoints use the usual
-dependencies.
+These endpoints are the hot path (every answer passes through them): the caller and the competition are
+read in one query, then the endpoint's database work and its commit follow, all in one worker thread
+(LabellingRequest.run, app.db.session.in_one_thread). The admins' labelling endpoints, which use the usual
+dependencies, are in admin_router.py.
 """
 
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, TypeVar
 
-from fastapi import APIRouter, Depends, Request, status
+from fastapi import APIRouter, Depends, Request
 from sqlalchemy.orm import Session
 
 from app.competitions.members import MEMBERS_ONLY
 from app.db.session import SessionDep, in_one_thread
 from app.errors import Forbidden, NotFound
-from app.labelling import adjudication, answers, gold, quality, queue
+from app.labelling import answers, quality, queue
 from app.labelling.annotators import annotator_stats, images_left
 from app.labelling.caller import labelling_caller
+from app.labelling.metrics import VOTES
 from app.labelling.schemas import (
-    AdjudicationCreate,
-    AdjudicationRead,
-    AnnotatorStatsRead,
     AnswersCreate,
     AnswersRead,
     FlagCreate,
     FlagRead,
-    GoldCreate,
-    GoldRead,
     ItemRead,
     MyStatsRead,
     NextItemRead,
-    QualityDecisionCreate,
-    QualityFlagRead,
-    ReviewEntryRead,
     SkipCreate,
     UndoRead,
 )
@@ -46,7 +38,6 @@ from app.users import service as users_service
 from app.users.auth import (
     ANNOTATOR_ROLES,
     SAFE_METHODS,
-    AdminUser,
     Credentials,
     CredentialsDep,
     check_role,
@@ -54,9 +45,7 @@ from app.users.auth import (
     refuse_before_lookup,
     require_caller,
 )
-from app.web.dependencies import CompetitionDep
 from app.web.errors import error_responses
-from app.web.metrics import VOTES
 
 Result = TypeVar("Result")
 
@@ -159,15 +148,16 @@ def _lease_next(db_session: Session, call: LabellingCall, not_now: int | None = 
 async def submit_answers(
     body: AnswersCreate, db_session: SessionDep, labelling: LabellingRequestDep
 ) -> AnswersRead:
-    """Store yes/no answers with the seconds each took. A question is decided once a strict majority of the
-    panel agrees (3 of 5) and is then asked no more; answers to questions decided meanwhile are listed in
-    `already_decided` and not stored. Sending a stored answer again is a no-op; changing one needs undo
-    (409). Only an image given to the caller (by …/next or …/undo, even if the lease has run out since) can
-    be answered, and not one they flagged: 409 otherwise. With `"next": true` the response also carries the
-    next image, leased as by POST …/next. The answers are then checked: when the caller's accuracy on gold
-    questions falls below the competition's threshold, `paused` says why and every further labelling
-    request of theirs in this competition is refused (403) until an admin decides; a streak of very fast
-    answers or a long run of one answer is flagged for an admin to review."""
+    """Store yes/no answers with the seconds each took (bounded by the server's clock: the time since the
+    image was handed out, or since the last answer on it, shared among them). A question is decided once a
+    strict majority of the panel agrees (3 of 5) and is then asked no more; answers to questions decided
+    meanwhile are listed in `already_decided` and not stored. Sending a stored answer again is a no-op;
+    changing one needs undo (409). Only an image given to the caller (by …/next or …/undo, even if the lease
+    has run out since) can be answered, and not one they flagged: 409 otherwise. With `"next": true` the
+    response also carries the next image, leased as by POST …/next. The answers are then checked: when the
+    caller's accuracy on gold questions falls below the competition's threshold, `paused` says why and every
+    further labelling request of theirs in this competition is refused (403) until an admin decides; a streak
+    of very fast answers or a long run of one answer is flagged for an admin to review."""
 
     def answer(call: LabellingCall) -> AnswersRead:
         result = answers.submit_answers(
@@ -241,9 +231,9 @@ async def skip_image(
 )
 async def undo(db_session: SessionDep, labelling: LabellingRequestDep) -> UndoRead:
     """Take back the caller's latest answer (or flag) and lease its image again with the undone question
-    first. Up to ten steps back; 404 when there is nothing to undo, 409 past ten, when the panel has
-    already discarded a flagged image, or when another of the caller's requests changed their latest answer
-    meanwhile (try again)."""
+    first. A flag on an image the panel has already discarded stays: undo steps past it to the step before
+    (`flags_kept` counts those passed). Up to ten steps back; 404 when there is nothing to undo, 409 past ten
+    or when another of the caller's requests changed their latest answer meanwhile (try again)."""
 
     def take_back(call: LabellingCall) -> UndoRead:
         result = undo_last(db_session=db_session, competition=call.competition, user=call.labeller)
@@ -251,6 +241,7 @@ async def undo(db_session: SessionDep, labelling: LabellingRequestDep) -> UndoRe
             undone=result.undone,
             question_id=result.question_id,
             item=None if result.item is None else ItemRead.of(result.item),
+            flags_kept=result.flags_kept,
         )
 
     return await labelling.run(db_session, take_back)
@@ -276,175 +267,3 @@ async def my_stats(db_session: SessionDep, labelling: LabellingRequestDep) -> My
         )
 
     return await labelling.run(db_session, progress)
-
-
-@router.get(
-    "/annotators",
-    summary="Annotators' progress and gold accuracy (admin)",
-    responses=error_responses(401, 403, 404, 422),
-)
-def annotators(
-    db_session: SessionDep, _admin: AdminUser, competition: CompetitionDep
-) -> list[AnnotatorStatsRead]:
-    """Every account that answered or flagged in this competition: answers, flags, accuracy on gold
-    questions (of each one's first answers: undo changes a vote, not the score), mean seconds per answer,
-    and whether it is paused or its votes are excluded."""
-    return [
-        AnnotatorStatsRead.of(stats)
-        for stats in annotator_stats(db_session=db_session, competition=LabellingSettings.of(competition))
-    ]
-
-
-@router.post(
-    "/gold",
-    status_code=status.HTTP_201_CREATED,
-    summary="Add gold questions (admin)",
-    responses=error_responses(401, 403, 404, 422),
-)
-def add_gold(
-    body: GoldCreate, db_session: SessionDep, _admin: AdminUser, competition: CompetitionDep
-) -> list[GoldRead]:
-    """Questions with known answers on one image, mixed into annotators' work at the competition's
-    gold_rate to measure their accuracy; a known answer is also the question's outcome. The image must end
-    up with at least two questions, as every image does (422 otherwise): give two classes, or one on an
-    image a pair already asks about."""
-    questions = gold.add_gold_questions(
-        db_session=db_session,
-        competition=competition,
-        image_sha256=body.image_sha256,
-        answers=[(gold.class_index, gold.answer) for gold in body.questions],
-    )
-    return [_gold_read(question, body.image_sha256, competition.class_names) for question in questions]
-
-
-@router.get("/gold", summary="List gold questions (admin)", responses=error_responses(401, 403, 404, 422))
-def list_gold(db_session: SessionDep, _admin: AdminUser, competition: CompetitionDep) -> list[GoldRead]:
-    """Every gold question of the competition with its known answer."""
-    return [
-        _gold_read(found.Question, found.sha256, competition.class_names)
-        for found in gold.gold_questions(db_session=db_session, competition=competition)
-    ]
-
-
-def _gold_read(question, image_sha256: str, class_names: list) -> GoldRead:
-    """The API view of a gold question."""
-    return GoldRead(
-        question_id=question.id,
-        image_sha256=image_sha256,
-        class_index=question.class_index,
-        class_name=str(class_names[question.class_index]),
-        answer=question.gold_answer,
-    )
-
-
-@router.get(
-    "/quality-flags",
-    summary="Flags on annotators' answers (admin)",
-    responses=error_responses(401, 403, 404, 422),
-)
-def list_quality_flags(
-    db_session: SessionDep, _admin: AdminUser, competition: CompetitionDep
-) -> list[QualityFlagRead]:
-    """Open flags first, then decided ones, newest first: `gold` (accuracy on gold questions below the
-    competition's gold_threshold after gold_min_answers; the annotator is paused in this competition until
-    decided), `fast` (a streak of answers each under a quarter of the annotator's median seconds) and `run`
-    (a long run of one answer)."""
-    flags = quality.list_flags(db_session=db_session, competition=competition)
-    return [QualityFlagRead.of(view) for view in flags]
-
-
-@router.post(
-    "/quality-flags/{flag_id}/decision",
-    summary="Decide on a flag: resume the annotator or exclude their votes (admin)",
-    responses=error_responses(401, 403, 404, 409, 422),
-)
-def decide_quality_flag(
-    flag_id: int,
-    body: QualityDecisionCreate,
-    db_session: SessionDep,
-    _admin: AdminUser,
-    competition: CompetitionDep,
-) -> QualityFlagRead:
-    """`resumed`: the annotator goes on, their votes counting (a gold pause ends; their gold accuracy is
-    measured afresh from here). `excluded`: their votes stop counting everywhere and every question they
-    answered is re-decided, as excluding an account does. 409 when the flag is already decided."""
-    view = quality.decide_flag(
-        db_session=db_session, competition=competition, flag_id=flag_id, decision=body.decision
-    )
-    return QualityFlagRead.of(view)
-
-
-@router.get(
-    "/review",
-    summary="The adjudication queue (admin)",
-    responses=error_responses(401, 403, 404, 422),
-)
-def review_queue(
-    db_session: SessionDep, _admin: AdminUser, competition: CompetitionDep
-) -> list[ReviewEntryRead]:
-    """What awaits an admin's verdict, oldest first: questions decided by the narrowest majority (3–2 in a
-    panel of 5) on images still in their pairs, then images the panel discarded as too difficult or that an
-    annotator flagged as not a natural photo (not excluded, not yet adjudicated)."""
-    return [
-        ReviewEntryRead(
-            **vars(entry),
-            class_name=None if entry.class_index is None else str(competition.class_names[entry.class_index]),
-        )
-        for entry in adjudication.review_queue(db_session=db_session, competition=competition)
-    ]
-
-
-@router.post(
-    "/adjudications",
-    status_code=status.HTTP_201_CREATED,
-    summary="Confirm or overturn a split decision, a discard or a not-natural flag (admin)",
-    responses=error_responses(401, 403, 404, 409, 422),
-)
-def adjudicate(
-    body: AdjudicationCreate, db_session: SessionDep, admin: AdminUser, competition: CompetitionDep
-) -> AdjudicationRead:
-    """With question_id: a split question's outcome is confirmed, or overturned to the other answer, which
-    the leaderboard counts from then on (recounts no longer change it). Without: an image the panel
-    discarded, or flagged as not a natural photo, is confirmed (a not-natural image is then discarded) or
-    overturned (it returns to its pairs beside the reserve that replaced it, and flags no longer discard
-    it). The reason is recorded and exported. 404: no such image or question; 409: not a split decision,
-    nothing to review on the image, or adjudicated already."""
-    verdict = adjudication.adjudicate(
-        db_session=db_session,
-        competition=competition,
-        image_sha256=body.image_sha256,
-        question_id=body.question_id,
-        verdict=body.verdict,
-        reason=body.reason,
-        user=admin,
-    )
-    return _adjudication_read(verdict, body.image_sha256)
-
-
-@router.get(
-    "/adjudications", summary="List adjudications (admin)", responses=error_responses(401, 403, 404, 422)
-)
-def list_adjudications(
-    db_session: SessionDep, _admin: AdminUser, competition: CompetitionDep
-) -> list[AdjudicationRead]:
-    """Every verdict of the competition, oldest first (also exported: …/exports/adjudications)."""
-    return [
-        _adjudication_read(verdict, sha256)
-        for verdict, sha256 in adjudication.adjudications(db_session=db_session, competition=competition)
-    ]
-
-
-def _adjudication_read(verdict, image_sha256: str) -> AdjudicationRead:
-    """The API view of a recorded verdict."""
-    return AdjudicationRead(
-        id=verdict.id,
-        kind=verdict.kind,
-        image_sha256=image_sha256,
-        question_id=verdict.question_id,
-        verdict=verdict.verdict,
-        panel_outcome=verdict.panel_outcome,
-        outcome=verdict.outcome,
-        reason=verdict.reason,
-        decided_by=verdict.decided_by,
-        created_at=verdict.created_at,
-    )

@@ -28,11 +28,11 @@ from sqlalchemy.orm import Session, aliased
 from app.classifiers.models import Classifier
 from app.classifiers.service import list_classifiers, readable_predictions
 from app.competitions.models import Competition
+from app.csv_cells import neutralised_batch
 from app.images.models import CompetitionImage, Image
 from app.images.service import competition_image_count
 from app.labelling.models import Adjudication, PairImage, PairSubset, Question, Vote
 from app.labelling.results import QUESTION_A, QUESTION_B, with_pair_questions
-from app.leaderboard.csv_cells import neutralised_batch
 from app.settings import Settings
 from app.users.models import User
 

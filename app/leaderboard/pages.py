@@ -2,7 +2,7 @@
 
 Every number shown comes from the leaderboard API responses (the same service calls), so a page can be
 checked against /api/v1 and recomputed from the exports. The live pages take those numbers from the
-public read cache (app/web/public_reads.py) in short database steps, like the API.
+public read cache (app/leaderboard/public_reads.py) in short database steps, like the API.
 """
 
 from fastapi import APIRouter, Request
@@ -15,13 +15,12 @@ from app.competitions.service import get_competition
 from app.db.session import DatabaseStepsDep, SessionDep
 from app.errors import NotFound
 from app.jobs.schemas import PairSelectionRead
-from app.leaderboard import charts, snapshots
+from app.leaderboard import charts, public_reads, snapshots
+from app.leaderboard.public_reads import PublicReadsDep
 from app.leaderboard.schemas import HistoryRead, LeaderboardRead, PairWithoutLabels, SnapshotRead
 from app.users.auth import OptionalUser, SteppedUser
 from app.users.models import Role
-from app.web import public_reads
 from app.web.dependencies import SettingsDep
-from app.web.public_reads import PublicReadsDep
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)

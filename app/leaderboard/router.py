@@ -7,8 +7,8 @@ snapshot and every export: subsets and predictions name each model's label on ev
 which would tell annotators which model asked which question; votes and questions are per-annotator
 answers and live tallies; so is the quality report (agreement and reliability per annotator).
 
-The public computed reads are kept per data version of their competition (app/web/public_reads.py); their
-endpoints take the database in short steps (DatabaseSteps), never holding the gate while they wait.
+The public computed reads are kept per data version of their competition (app/leaderboard/public_reads.py);
+their endpoints take the database in short steps (DatabaseSteps), never holding the gate while they wait.
 """
 
 import csv
@@ -19,11 +19,13 @@ from fastapi import APIRouter, Depends, Query, Request, status
 from fastapi.responses import Response, StreamingResponse
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.competitions.dependencies import CompetitionDep
+from app.csv_cells import neutralised
 from app.db.session import DatabaseStepsDep, SessionDep, through_database_gate
 from app.errors import InvalidInput
-from app.leaderboard import exports, snapshots
+from app.leaderboard import exports, public_reads, snapshots
 from app.leaderboard.agreement import competition_quality
-from app.leaderboard.csv_cells import neutralised
+from app.leaderboard.public_reads import PublicReadsDep
 from app.leaderboard.schemas import (
     ClassifierAnalysisRead,
     HistoryRead,
@@ -36,10 +38,8 @@ from app.leaderboard.schemas import (
 )
 from app.leaderboard.tables import LEADERBOARD_TABLES, LeaderboardTable
 from app.users.auth import AdminUser
-from app.web import public_reads
-from app.web.dependencies import CompetitionDep, SettingsDep
+from app.web.dependencies import SettingsDep
 from app.web.errors import error_responses
-from app.web.public_reads import PublicReadsDep
 
 router = APIRouter(prefix="/api/v1", tags=["leaderboard"])
 

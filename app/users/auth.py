@@ -6,7 +6,7 @@ X-CSRF-Token header (JavaScript, htmx) or a csrf_token form field (plain forms).
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Protocol, TypeVar
+from typing import Annotated, Any, Protocol, TypeVar
 from urllib.parse import quote
 
 from fastapi import Depends, Request
@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from app.db.session import DatabaseStepsDep, SessionDep
 from app.errors import Forbidden, NotAuthenticated
-from app.security import new_csrf_token, same_secret
+from app.security import same_secret
 from app.users import service
 from app.users.models import Role, User
 
@@ -37,15 +37,6 @@ class HasRole(Protocol):
 UserWithRole = TypeVar("UserWithRole", bound=HasRole)
 
 bearer_scheme = HTTPBearer(auto_error=False, description="An API token made with `mad users token USERNAME`.")
-
-
-def csrf_token_for(request: Request) -> str:
-    """The CSRF token of this browser session, created on first use."""
-    token = request.session.get("csrf")
-    if not token:
-        token = new_csrf_token()
-        request.session["csrf"] = token
-    return token
 
 
 async def check_csrf(request: Request) -> None:
@@ -168,6 +159,20 @@ def _active_user(db_session: Session, credentials: Credentials) -> User | None:
     )
 
 
+def signed_in_user(request: Request) -> User | None:
+    """The session's active user, for an error page's header (app/web/error_pages.py); None when anonymous
+    or the database cannot say."""
+    user_id = request.session.get("user_id") if "session" in request.scope else None
+    if user_id is None:
+        return None
+    try:
+        with request.app.state.sessionmaker() as db_session:
+            generation = request.session.get(SESSION_GENERATION)
+            return service.session_user(db_session=db_session, user_id=user_id, session_generation=generation)
+    except Exception:  # the page must render even when the error was the database's
+        return None
+
+
 OptionalUser = Annotated[User | None, Depends(optional_user)]
 
 
@@ -175,7 +180,7 @@ async def optional_user_in_a_step(
     request: Request, steps: DatabaseStepsDep, credentials: CredentialsDep
 ) -> User | None:
     """optional_user in a database step of its own, for a page that must not hold the database gate while
-    it waits for a cached public read (app/web/public_reads.py)."""
+    it waits for a cached public read (app/leaderboard/public_reads.py)."""
     return await steps.run(
         lambda db_session: identify(request, credentials, lambda found: _active_user(db_session, found))
     )
@@ -215,6 +220,23 @@ def require_roles(*roles: Role):
 
     dependency.__name__ = "require_" + "_or_".join(r.value for r in roles)
     return dependency
+
+
+LARGE_BODY_ROLES = frozenset({Role.admin, Role.worker})
+"""Who may send bodies over the body guard's small size (app/web/body_guard.py)."""
+
+
+def may_send_large_bodies(db_session: Session, token: str | None, session: dict[str, Any]) -> bool | None:
+    """Whether the active account behind the bearer token, else the session cookie, has a LARGE_BODY_ROLE;
+    None when there is no such account."""
+    if token is not None:
+        credentials = Credentials(token=token)
+    else:
+        credentials = Credentials(
+            session_user_id=session.get("user_id"), session_generation=session.get(SESSION_GENERATION)
+        )
+    user = _active_user(db_session, credentials)
+    return None if user is None else user.role in LARGE_BODY_ROLES
 
 
 ADMIN_ROLES = (Role.admin,)

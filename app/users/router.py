@@ -1,19 +1,11 @@
 """Accounts API: who am I and my password, and (admins) create users, deactivate them, set their passwords,
-issue tokens, invite people, and the annotators' work records."""
+issue tokens and invite people. The annotators' work records are served beside them from
+app/labelling/admin_router.py."""
 
-import csv
-import io
-from datetime import date
-from typing import Annotated, Literal
+from fastapi import APIRouter, Request, status
 
-from fastapi import APIRouter, Query, Request, Response, status
-
-from app.competitions.service import get_competition
 from app.db.session import SessionDep
 from app.labelling.annotators import deactivate, set_votes_excluded
-from app.labelling.schemas import WorkRecordRead
-from app.labelling.work_records import DEFAULT_DAYS, span, work_records
-from app.leaderboard.csv_cells import neutralised
 from app.users import invitations, service
 from app.users.auth import SESSION_GENERATION, AdminUser, CurrentUser
 from app.users.models import Invitation
@@ -164,52 +156,3 @@ def _invitation_read(invitation: Invitation, username: str | None) -> Invitation
         username=username,
         status=invitations.invitation_status(invitation),
     )
-
-
-@router.get(
-    "/work-records",
-    summary="Annotators' work per day, for paying them (admin; JSON or CSV)",
-    response_model=list[WorkRecordRead],
-    responses={200: {"content": {"text/csv": {}}}, **error_responses(401, 403, 404, 422)},
-)
-def read_work_records(
-    db_session: SessionDep,
-    _admin: AdminUser,
-    until: Annotated[date | None, Query(description="Last UTC day (default: today).")] = None,
-    since: Annotated[
-        date | None, Query(description=f"First UTC day (default: {DEFAULT_DAYS} days to until).")
-    ] = None,
-    competition_id: Annotated[int | None, Query(description="One competition (default: all).")] = None,
-    format: Annotated[Literal["json", "csv"], Query(description="json or csv")] = "json",
-) -> list[WorkRecordRead] | Response:
-    """Per annotator and UTC day on which they answered: answers, active time (the seconds each answer took,
-    each capped at 60 s: a longer wait was time away; answers sent without seconds add none) and accuracy on
-    gold questions (first answers). At most 366 days at once; 404 for an unknown competition. `format=csv`
-    gives the same rows as CSV (text a spreadsheet would run as a formula starts with an apostrophe)."""
-    since, until = span(since, until)
-    if competition_id is not None:
-        get_competition(db_session=db_session, competition_id=competition_id)
-    records = [
-        WorkRecordRead.of(record)
-        for record in work_records(
-            db_session=db_session, since=since, until=until, competition_id=competition_id
-        )
-    ]
-    if format == "json":
-        return records
-    return Response(
-        work_records_csv(records),
-        media_type="text/csv; charset=utf-8",
-        headers={"Content-Disposition": f'attachment; filename="work-records-{since}-to-{until}.csv"'},
-    )
-
-
-def work_records_csv(records: list[WorkRecordRead]) -> str:
-    """Work records as CSV with a header, one row per annotator and day (empty gold_accuracy: no gold)."""
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(WorkRecordRead.model_fields), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(
-        {key: neutralised(value) for key, value in record.model_dump().items()} for record in records
-    )
-    return buffer.getvalue()

@@ -14,15 +14,15 @@ or its caller may not send it, so that an anonymous 1 GB POST costs the server n
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+from sqlalchemy.orm import Session
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.db.session import database_steps
-from app.users import service as users_service
-from app.users.auth import SESSION_GENERATION
-from app.users.models import Role
 
 SMALL_BODY_BYTES = 64 * 1024
 """Bodies up to this size are read before the endpoint checks the caller (a labelling answer is ~100 B)."""
@@ -36,7 +36,10 @@ COMPETITION_ROUTE = "/api/v1/competitions"
 OPEN_FORMS = re.compile(r"/login|/logout|/invitations/[^/]+")
 """State-changing routes anyone may post to (their CSRF token is checked by the route)."""
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-LARGE_BODY_ROLES = frozenset({Role.admin, Role.worker})
+
+LargeBodySender = Callable[[Session, str | None, dict[str, Any]], bool | None]
+"""(database session, bearer token, session cookie) -> whether the active account behind them may send a
+large body (an admin or a worker); None when there is none (app.users.auth.may_send_large_bodies)."""
 
 
 @dataclass(frozen=True)
@@ -63,9 +66,10 @@ class BodyGuard:
     """ASGI middleware applying the module's rules; it sits inside the session middleware (it reads the
     session cookie) and adds no work to bodies of known small size from callers with credentials."""
 
-    def __init__(self, app: ASGIApp, limits: BodyLimits):
+    def __init__(self, app: ASGIApp, limits: BodyLimits, large_body_sender: LargeBodySender):
         self.app = app
         self.limits = limits
+        self.large_body_sender = large_body_sender
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] not in BODY_METHODS:
@@ -94,10 +98,10 @@ class BodyGuard:
             return None
         steps = request.app.dependency_overrides.get(database_steps, database_steps)
         runner = steps(request) if steps is database_steps else steps()
-        role = await runner.run(lambda db: _role_of(db, token, session))
-        if role is None:
+        allowed = await runner.run(lambda db: self.large_body_sender(db, token, session))
+        if allowed is None:
             return 401, "not_authenticated", "invalid or revoked credentials"
-        if role not in LARGE_BODY_ROLES:
+        if not allowed:
             return 403, "forbidden", f"bodies over {SMALL_BODY_BYTES:,} bytes are for admins and workers"
         return None
 
@@ -130,19 +134,6 @@ class BodyGuard:
             pass
         if over and not started:
             await _refuse(send, 413, "too_large", f"this request's body is limited to {limit:,} bytes")
-
-
-def _role_of(db_session, token: str | None, session: dict) -> Role | None:
-    """The role of the active account behind the token or session cookie; None when there is none."""
-    if token is not None:
-        user = users_service.user_for_token(db_session=db_session, token=token)
-    else:
-        user = users_service.session_user(
-            db_session=db_session,
-            user_id=session["user_id"],
-            session_generation=session.get(SESSION_GENERATION),
-        )
-    return None if user is None else user.role
 
 
 def _content_length(scope: Scope) -> int | None:

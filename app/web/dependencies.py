@@ -1,12 +1,9 @@
-"""Dependencies the web edges share: the application's settings and the competition a path names."""
+"""Dependencies the web edges share: the application's settings."""
 
 from typing import Annotated
 
 from fastapi import Depends, Request
 
-from app.competitions.models import Competition
-from app.competitions.service import get_competition
-from app.db.session import SessionDep
 from app.settings import Settings
 
 
@@ -16,12 +13,3 @@ async def app_settings(request: Request) -> Settings:
 
 
 SettingsDep = Annotated[Settings, Depends(app_settings)]
-
-
-def path_competition(competition_id: int, db_session: SessionDep) -> Competition:
-    """The competition the path's {competition_id} names, or 404."""
-    return get_competition(db_session=db_session, competition_id=competition_id)
-
-
-CompetitionDep = Annotated[Competition, Depends(path_competition)]
-"""Declare it after the caller's dependency (AdminUser …), so that 401 and 403 come before 404."""

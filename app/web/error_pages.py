@@ -12,12 +12,11 @@ from fastapi.exceptions import WebSocketRequestValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from app.users.auth import SESSION_GENERATION
-from app.users.models import User
-from app.users.service import session_user
 from app.web.templating import render
 
 Handler = Callable[[Request, Any], Response | Awaitable[Response]]
+SignedInUser = Callable[[Request], Any]
+"""The session's active user for the page header, None when anonymous (app.users.auth.signed_in_user)."""
 
 TITLES = {
     400: "Bad request",
@@ -61,20 +60,7 @@ def way_back(request: Request) -> str | None:
     return None if back == request.url.path else back
 
 
-def _signed_in_user(request: Request) -> User | None:
-    """The session's active user, for the page header; None when anonymous or the database cannot say."""
-    user_id = request.session.get("user_id") if "session" in request.scope else None
-    if user_id is None:
-        return None
-    try:
-        with request.app.state.sessionmaker() as db_session:
-            generation = request.session.get(SESSION_GENERATION)
-            return session_user(db_session=db_session, user_id=user_id, session_generation=generation)
-    except Exception:  # the page must render even when the error was the database's
-        return None
-
-
-def _as_page(json_handler: Handler) -> Handler:
+def _as_page(json_handler: Handler, signed_in_user: SignedInUser) -> Handler:
     """Wrap a JSON error handler: browsers asking for a page get error.html with the same status."""
 
     async def handler(request: Request, error: Exception) -> Response:
@@ -85,7 +71,7 @@ def _as_page(json_handler: Handler) -> Handler:
             return response
         detail = json.loads(bytes(response.body)).get("detail", "")
         status_code = response.status_code
-        user = None if status_code == 503 else await run_in_threadpool(_signed_in_user, request)
+        user = None if status_code == 503 else await run_in_threadpool(signed_in_user, request)
         page = render(
             request,
             "error.html",
@@ -105,8 +91,9 @@ def _as_page(json_handler: Handler) -> Handler:
     return handler
 
 
-def install_error_pages(app: FastAPI) -> None:
-    """Make every installed JSON error handler answer browsers' page requests with an HTML page."""
+def install_error_pages(app: FastAPI, signed_in_user: SignedInUser) -> None:
+    """Make every installed JSON error handler answer browsers' page requests with an HTML page, its header
+    showing the user signed_in_user finds."""
     for error_class, json_handler in list(app.exception_handlers.items()):
         if error_class is not WebSocketRequestValidationError:
-            app.exception_handlers[error_class] = _as_page(json_handler)
+            app.exception_handlers[error_class] = _as_page(json_handler, signed_in_user)

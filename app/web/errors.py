@@ -22,7 +22,6 @@ ERROR_DESCRIPTIONS = {
     409: "The request clashes with the current state (the detail says how)",
     413: "The upload is too large",
     422: "Fields that do not fit the schema (listed in detail), or values the service refuses",
-    429: "Too many failed sign-ins from this address or for this account: wait",
     503: "The database or the disk cannot take the request now: try again shortly",
 }
 

@@ -13,8 +13,8 @@ from app.core.analysis import (
     krcc,
     ranking_stability,
     srcc,
-    worst_class_precision,
-    worst_superclass,
+    worst_classes,
+    worst_superclasses,
     x_perplexity,
 )
 from app.core.ranking import count_outcomes
@@ -96,10 +96,10 @@ def test_worst_class_precision_on_mad_labels():
     precision, support = class_precision(predicted, correct, 1000)
     assert precision[:3] == pytest.approx([0.75, 1 / 3, 0.0]) and support[:3].tolist() == [4, 3, 2]
     assert math.isnan(precision[3])
-    worst = worst_class_precision(taxonomy, predicted, correct, min_support=3)
+    (worst,) = worst_classes(taxonomy, predicted, correct, min_support=3)
     assert (worst.key, worst.name, worst.precision, worst.support) == ("n01443537", "goldfish", 1 / 3, 3)
-    assert worst_class_precision(taxonomy, predicted, correct, min_support=1).name == "great white shark"
-    assert worst_class_precision(taxonomy, predicted, correct, min_support=5) is None
+    assert worst_classes(taxonomy, predicted, correct, min_support=1)[0].name == "great white shark"
+    assert worst_classes(taxonomy, predicted, correct, min_support=5) == []
 
 
 def test_worst_superclass_pools_the_classes_below_it():
@@ -118,11 +118,11 @@ def test_worst_superclass_pools_the_classes_below_it():
     index = digits.index_of
     predicted = np.array([index("6")] * 4 + [index("0")] * 6 + [index("1")] * 5)
     correct = np.array([False] * 4 + [True] * 6 + [True] * 5)
-    worst = worst_superclass(digits, predicted, correct, min_support=4)
+    (worst,) = worst_superclasses(digits, predicted, correct, min_support=4)
     assert (worst.key, worst.name, worst.precision, worst.support) == ("loop", "digits with a loop", 0.0, 4)
-    worst = worst_superclass(digits, predicted, correct, min_support=5)
+    (worst,) = worst_superclasses(digits, predicted, correct, min_support=5)
     assert (worst.key, worst.precision, worst.support) == ("round", 0.6, 10)
-    assert worst_superclass(digits, predicted, correct, min_support=20) is None
+    assert worst_superclasses(digits, predicted, correct, min_support=20) == []
 
 
 def test_worst_superclass_on_imagenet_finds_the_dogs():
@@ -131,6 +131,6 @@ def test_worst_superclass_on_imagenet_finds_the_dogs():
     fish = [0, 1, 2, 3, 4]
     predicted = np.array(dogs[:30] + fish * 6)
     correct = np.array([False] * 10 + [True] * 20 + [True] * 30)
-    worst = worst_superclass(taxonomy, predicted, correct, min_support=30)
+    (worst,) = worst_superclasses(taxonomy, predicted, correct, min_support=30)
     assert worst.precision == pytest.approx(20 / 30) and worst.support == 30
     assert all(worst.key in taxonomy.ancestors(taxonomy.classes[dog]) for dog in dogs[:30])

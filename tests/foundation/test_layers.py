@@ -13,9 +13,13 @@ APP = ROOT / "app"
 DOMAINS = ("users", "competitions", "images", "classifiers", "labelling", "jobs", "leaderboard", "release")
 """Lowest first: a domain's modules import only domains before it."""
 FOUNDATIONS = ("app.core", "app.db.base", "app.db.engine", "app.db.statements", "app.errors", "app.settings")
-FOUNDATIONS += ("app.security", "app.storage")
-WEB_EDGES = ("router.py", "pages.py", "auth.py")
+FOUNDATIONS += ("app.security", "app.storage", "app.csv_cells")
+MAX_MUTUAL_PAIRS = 6
+"""Pairs of packages importing each other (through their web edges): 14 before issue 27, 5 after it."""
+WEB_EDGES = ("router.py", "admin_router.py", "pages.py", "auth.py", "dependencies.py", "public_reads.py")
 """Modules that answer HTTP requests: they may call any domain, and only they may use FastAPI."""
+EDGE_PACKAGES = ("app.admin", "app.site")
+"""Pages that orchestrate across the domains: only the application (app.main) imports them."""
 WEB = ("fastapi", "starlette", "app.db.session", "app.web", "app.main")
 
 
@@ -112,3 +116,67 @@ def test_the_blob_stores_need_no_domain_and_no_web_framework():
             assert not any(within(name, domain) for domain in domains), (
                 f"storage/{source.name} imports {name}"
             )
+
+
+@pytest.mark.parametrize("source", sorted((APP / "web").glob("*.py")), ids=lambda source: source.name)
+def test_the_web_plumbing_imports_no_domain(source):
+    """app/web is shared HTTP plumbing (errors, dependencies, templating, guards, metrics): the domains use
+    it, so it may use only the foundations (a domain's behaviour reaches it as an argument, from app.main)."""
+    allowed = ("app.web", "app.db.session", *FOUNDATIONS)
+    for name in imported_modules(source):
+        if within(name, "app") and name != "app":
+            assert any(within(name, package) for package in allowed), f"web/{source.name} imports {name}"
+
+
+def test_only_the_application_imports_the_edge_packages():
+    for source in APP.rglob("*.py"):
+        if source == APP / "main.py" or any(source.is_relative_to(APP / edge[4:]) for edge in EDGE_PACKAGES):
+            continue
+        for name in imported_modules(source):
+            assert not any(within(name, edge) for edge in EDGE_PACKAGES), (
+                f"{source.relative_to(APP)} imports {name}"
+            )
+
+
+def package_imports() -> dict[str, dict[str, set[str]]]:
+    """For each package of app (its subpackages, and each top-level module as a package of its own): the
+    other packages it imports, each with the files that import it."""
+    packages = {source.stem for source in APP.glob("*.py")} | {
+        path.name for path in APP.iterdir() if path.is_dir()
+    }
+    graph: dict[str, dict[str, set[str]]] = {}
+    for source in APP.rglob("*.py"):
+        package = source.relative_to(APP).parts[0].removesuffix(".py")
+        for name in imported_modules(source):
+            other = name.split(".")[1] if within(name, "app") and name != "app" else None
+            if other in packages and other != package:
+                graph.setdefault(package, {}).setdefault(other, set()).add(str(source.relative_to(APP)))
+    return graph
+
+
+def test_few_packages_import_each_other():
+    graph = package_imports()
+    pairs = sorted(
+        f"{a} <-> {b} ({sorted(graph[a][b])[0]}, {sorted(graph[b][a])[0]})"
+        for a in graph
+        for b in graph[a]
+        if a < b and a in graph.get(b, {})
+    )
+    assert len(pairs) <= MAX_MUTUAL_PAIRS, "packages importing each other:\n" + "\n".join(pairs)
+
+
+@pytest.mark.parametrize("package", ["web", "admin", "site"])
+def test_no_import_loop_passes_through_the_web_plumbing_or_the_edge_packages(package):
+    graph = package_imports()
+    trail = {package: ""}
+    todo = [package]
+    while todo:  # every package reachable from `package`, with the path that reaches it
+        current = todo.pop()
+        for other, files in graph.get(current, {}).items():
+            if other == package:
+                raise AssertionError(
+                    f"import loop: {package}{trail[current]} -> {package} ({sorted(files)[0]})"
+                )
+            if other not in trail:
+                trail[other] = f"{trail[current]} -> {other}"
+                todo.append(other)

@@ -2,6 +2,7 @@
 a classifier added later gets only its m new pairs (Algorithm 2); progress is reported all along."""
 
 import re
+import time
 
 import numpy as np
 from sqlalchemy import select
@@ -270,6 +271,39 @@ def test_the_worker_keeps_its_inference_engine_while_its_classifiers_stay_the_sa
     clean = clean_predictions(live_service, second, n_images)
     assert np.array_equal(stored.top1, clean.top1)
     np.testing.assert_allclose(stored.prob, clean.prob, atol=1e-5)
+
+
+def test_the_next_shard_is_claimed_while_the_current_one_runs(live_service, tmp_path):
+    """When a shard's last batch is done, its predictions are still to be uploaded and the next shard is
+    already this worker's (claimed on the service I/O thread, so the model need not wait for a claim)."""
+    set_up_competition(live_service, tmp_path, images=2 * SHARD, architectures=("test_resnet",))
+    seen: dict[str, object] = {}
+
+    def shard_statuses() -> dict[int, tuple[JobStatus, str | None]]:
+        with live_service.session() as session:
+            jobs = session.scalars(select(Job).where(Job.kind == JobKind.predict)).all()
+            return {job.shard_start: (job.status, job.lease_owner) for job in jobs}
+
+    def report(label: str, done: int, total: int) -> None:
+        if label.startswith("predict 0–") and done == total:
+            deadline = time.monotonic() + 30
+            while shard_statuses()[SHARD] != (JobStatus.running, "w") and time.monotonic() < deadline:
+                time.sleep(0.05)
+            seen.update(shard_statuses())
+
+    options = WorkerOptions(
+        device="cpu", batch_size=32, loader_workers=0, cache_dir=tmp_path / "worker-cache"
+    )
+    worker = Worker(
+        ServiceClient(live_service.url, live_service.worker_token),
+        ServiceClient(live_service.url, live_service.worker_token),
+        "w",
+        options,
+        report=report,
+    )
+    assert worker.run(exit_when_idle=True) == 2
+    assert seen == {0: (JobStatus.running, "w"), SHARD: (JobStatus.running, "w")}
+    assert set(shard_statuses().values()) == {(JobStatus.done, "w")}
 
 
 def test_a_pretrained_tag_that_cannot_be_downloaded_fails_its_classifier_with_the_reason(

@@ -1,5 +1,5 @@
 """Public reads are computed once per data version: served from the cache until the labels change, and one
-computation for many concurrent requests (app/web/public_reads.py)."""
+computation for many concurrent requests (app/leaderboard/public_reads.py)."""
 
 import asyncio
 

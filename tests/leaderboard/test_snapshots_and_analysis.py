@@ -6,7 +6,7 @@ from sqlalchemy import select
 
 from app.classifiers.service import read_predictions
 from app.competitions.service import competition_taxonomy
-from app.core.analysis import c_perplexity, ranking_stability, worst_class_precision, worst_superclass
+from app.core.analysis import c_perplexity, ranking_stability, worst_classes, worst_superclasses
 from app.labelling.models import PairImage, PairImageRole, PairSubset, Question
 from app.leaderboard.standings import ranked_pairs
 from tests.leaderboard.scenario import annotators, vote
@@ -79,18 +79,17 @@ def test_a_classifiers_analysis_agrees_with_the_core(client, db_session, setting
     taxonomy = competition_taxonomy(voted.competition)
     predicted = np.array([label for label, _ in judged])
     correct = np.array([right for _, right in judged])
-    worst = worst_class_precision(taxonomy, predicted, correct, min_support=analysis["min_class_support"])
-    assert worst is not None
+    (worst,) = worst_classes(taxonomy, predicted, correct, min_support=analysis["min_class_support"])
     assert (analysis["worst_classes"][0]["key"], analysis["worst_classes"][0]["precision"]) == (
         worst.key,
         pytest.approx(worst.precision),
     )
     precisions = [group["precision"] for group in analysis["worst_classes"]]
     assert precisions == sorted(precisions)
-    worst_group = worst_superclass(
+    (worst_group,) = worst_superclasses(
         taxonomy, predicted, correct, min_support=analysis["min_superclass_support"]
     )
-    assert worst_group is not None and analysis["worst_superclasses"]
+    assert analysis["worst_superclasses"]
     first = analysis["worst_superclasses"][0]
     assert (first["key"], first["name"], first["precision"], first["support"]) == (
         worst_group.key,

@@ -2,7 +2,7 @@
 sees the same), per address and username and per address across usernames; old failures are deleted; the
 Argon2 check runs without holding the database gate; unknown usernames cost the same Argon2 work.
 
-Time is the login's own clock (app.web.router.utcnow), moved by the test (no sleeping, no timed assertions).
+Time is the login's own clock (app.site.pages.utcnow), moved by the test (no sleeping, no timed assertions).
 The Argon2 work is counted by wrapping the password hasher's verify, which still does the real check.
 """
 
@@ -17,8 +17,8 @@ from app.db.base import utcnow
 from app.db.engine import create_db_engine
 from app.main import create_app
 from app.settings import Settings
+from app.site import pages as site_pages
 from app.users.models import LoginFailure
-from app.web import router as web_router
 from tests.reliability.test_access import sign_in
 
 ATTACKER = ("203.0.113.7", 4000)
@@ -37,7 +37,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch) -> Clock:
     clock = Clock()
-    monkeypatch.setattr(web_router, "utcnow", clock)
+    monkeypatch.setattr(site_pages, "utcnow", clock)
     return clock
 
 

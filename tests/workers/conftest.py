@@ -1,5 +1,6 @@
 """Real image files of many kinds, a picklable reader for them, and small timm models."""
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +22,19 @@ class FileReader:
 
     def __call__(self, ordinal: int) -> bytes:
         return self.paths[ordinal].read_bytes()
+
+
+@dataclass(frozen=True)
+class FailingReader:
+    """A read_bytes whose storage fails for one ordinal, as a lost file or a network error would."""
+
+    read_bytes: Callable[[int], bytes]
+    failing: int
+
+    def __call__(self, ordinal: int) -> bytes:
+        if ordinal == self.failing:
+            raise FileNotFoundError(f"image {ordinal} is gone")
+        return self.read_bytes(ordinal)
 
 
 @dataclass(frozen=True)
