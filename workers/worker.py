@@ -26,10 +26,10 @@ import torch
 
 from app.classifiers.enums import ClassifierSource
 from app.classifiers.timm_source import ClassifierSourceError, load_pretrained_tag, load_weights_file
-from app.core.selection import diagnose_pair, select_pair
+from app.core.selection import Quantiles, diagnose_pair, diagnosis_quantiles, select_pair
 from app.core.taxonomy_sources import cached_taxonomy
 from app.jobs.enums import JobKind
-from app.jobs.schemas import ClaimedJob, ClaimResponse, PredictTask
+from app.jobs.schemas import ClaimedJob, ClaimResponse, PredictTask, SelectTask
 from workers.client import LeaseLost, ServiceClient, ServiceUnavailable
 from workers.feed import FeedShard, ReadBytes
 from workers.image_readers import choose_reader
@@ -96,6 +96,9 @@ class Worker:
     engine: InferenceEngine | None = None
     engine_classifiers: tuple[int, ...] = ()
     predictions: OrderedDict = field(default_factory=OrderedDict)
+    quantiles: OrderedDict = field(default_factory=OrderedDict)
+    """Each classifier's diagnosis_quantiles by (classifier, images, T, excluded ordinals), kept like
+    `predictions`: a partition of the corpus per classifier, not one per pair."""
     storage_url: str = ""
     """Where the service keeps its blobs, from the latest claim."""
     jobs_done: int = 0
@@ -367,6 +370,10 @@ class Worker:
         excluded = np.zeros(n_images, dtype=bool)
         excluded[np.asarray(task.excluded_ordinals, dtype=np.int64)] = True
         predictions = (a["top1"][:n_images], a["prob"][:n_images], b["top1"][:n_images], b["prob"][:n_images])
+        quantiles = (
+            self._quantiles_of(task.classifier_a_id, *predictions[:2], task, excluded),
+            self._quantiles_of(task.classifier_b_id, *predictions[2:], task, excluded),
+        )
         threshold, rule = task.confidence_threshold, task.threshold_rule
         selection = select_pair(
             *predictions,
@@ -377,9 +384,15 @@ class Worker:
             reserve_size=task.reserve_size,
             excluded=excluded,
             rule=rule,
+            quantiles=quantiles,
         )
         diagnosis = diagnose_pair(
-            *predictions, selected=selection.n_selected, threshold=threshold, rule=rule, excluded=excluded
+            *predictions,
+            selected=selection.n_selected,
+            threshold=threshold,
+            rule=rule,
+            excluded=excluded,
+            quantiles=quantiles,
         )
         if self.keeper.all_lost([job]):
             raise LeaseLost("the selection was taken over")
@@ -387,6 +400,27 @@ class Worker:
         with self.counting:
             self.jobs_done += 1
         self.report(label, 1, 1)
+
+    def _quantiles_of(
+        self,
+        classifier_id: int,
+        labels: np.ndarray,
+        probs: np.ndarray,
+        task: SelectTask,
+        excluded: np.ndarray,
+    ) -> Quantiles:
+        """A classifier's diagnosis_quantiles over the task's corpus, computed once (again if the corpus, T or
+        the excluded images changed)."""
+        key = (classifier_id, task.num_images, task.confidence_threshold, tuple(task.excluded_ordinals))
+        found = self.quantiles.get(key)
+        if found is None:
+            found = self.quantiles[key] = diagnosis_quantiles(
+                labels, probs, task.confidence_threshold, excluded
+            )
+            while len(self.quantiles) > CACHED_PREDICTIONS:
+                self.quantiles.popitem(last=False)
+        self.quantiles.move_to_end(key)
+        return found
 
     def _predictions_of(self, classifier_id: int, n_images: int) -> dict[str, np.ndarray]:
         """A classifier's top-1 labels and probabilities, downloaded once (again if the corpus grew)."""

@@ -8,7 +8,8 @@ from rich.table import Table
 from app.cli.common import console, database_session, fail, load_settings
 from app.competitions import service
 from app.competitions.schemas import CompetitionCreate
-from app.core.selection import ThresholdRule, threshold_text
+from app.core.selection import ThresholdRule
+from app.core.shortfall import threshold_text
 from app.images.service import image_counts
 
 competitions_app = typer.Typer(help="Create and list MAD competitions.", no_args_is_help=True)

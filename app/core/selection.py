@@ -13,12 +13,12 @@ The first k accepted images are the selection; the pass goes on for `reserve_siz
 reserve that replaces discarded images, so the per-label cap holds over selection and reserve together.
 
 A pair's diagnosis (`diagnose_pair`) says how its selection went: its disagreements, how many pass the
-threshold, and how many would pass others; `shortfall` says in words why a pair selected fewer than k.
+threshold, and how many would pass others (`app/core/shortfall.py` says it in words).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from itertools import combinations
@@ -46,6 +46,8 @@ DIAGNOSED_THRESHOLDS = (
     (ThresholdRule.quantile, (0.5, 0.7, 0.8, 0.9)),
 )
 """The thresholds a pair's diagnosis counts its surviving disagreements at, besides its own."""
+Quantiles = Mapping[float, np.floating]
+"""A classifier's own top-1 probability quantile Q(q) by level q."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,9 @@ def own_quantiles(
     levels = np.asarray(list(levels), dtype=np.float64)
     if ((levels < 0) | (levels > 1)).any():
         raise ValueError("a quantile threshold lies in [0, 1]")
-    own = eligible(labels, np.ones_like(probs), 0.0, excluded)
+    own = labels >= 0
+    if excluded is not None:
+        own &= ~excluded
     return np.quantile(probs[own], levels) if own.any() else np.ones_like(levels)
 
 
@@ -99,13 +103,26 @@ def confidence_cutoffs(
     threshold: float,
     rule: ThresholdRule,
     excluded: np.ndarray | None = None,
+    quantiles: Sequence[Quantiles] | None = None,
 ) -> np.ndarray:
-    """c_i of each row of m×n labels and probabilities: T (absolute) or Q_i(T) (quantile)."""
+    """c_i of each row of m×n labels and probabilities: T (absolute) or Q_i(T) (quantile), read from the
+    rows' `quantiles` when the caller keeps them."""
     if rule == ThresholdRule.absolute:
         return np.full(len(labels), float(threshold))
+    if quantiles is not None:
+        return np.array([own[float(threshold)] for own in quantiles])
     return np.array(
         [own_quantiles(row, p, [threshold], excluded)[0] for row, p in zip(labels, probs, strict=True)]
     )
+
+
+def diagnosis_quantiles(
+    labels: np.ndarray, probs: np.ndarray, threshold: float, excluded: np.ndarray | None
+) -> Quantiles:
+    """Q(q) of one classifier at T and at each diagnosed quantile level: all that its pairs' selections and
+    diagnoses need, computed once per classifier (a partition of the corpus) instead of once per pair."""
+    levels = sorted({*dict(DIAGNOSED_THRESHOLDS)[ThresholdRule.quantile], float(threshold)})
+    return dict(zip(levels, own_quantiles(labels, probs, levels, excluded), strict=True))
 
 
 def select_pair(
@@ -121,6 +138,7 @@ def select_pair(
     reserve_size: int | None = None,
     excluded: np.ndarray | None = None,
     rule: ThresholdRule = ThresholdRule.absolute,
+    quantiles: tuple[Quantiles, Quantiles] | None = None,
 ) -> PairSelection:
     """S_ij = greedy top-k by d(f_i(x), f_j(x)) with a per-label cap, then the reserve (Algorithm 1)."""
     labels = np.stack([np.asarray(labels_i), np.asarray(labels_j)])
@@ -136,6 +154,7 @@ def select_pair(
         reserve_size=reserve_size,
         excluded=excluded,
         rule=rule,
+        quantiles=quantiles,
     )[(0, 1)]
 
 
@@ -151,8 +170,10 @@ def select_all_pairs(
     reserve_size: int | None = None,
     excluded: np.ndarray | None = None,
     rule: ThresholdRule = ThresholdRule.absolute,
+    quantiles: Sequence[Quantiles] | None = None,
 ) -> dict[tuple[int, int], PairSelection]:
-    """Algorithm 1 for every pair i < j of m×n label and probability arrays, or for `pairs` (Algorithm 2)."""
+    """Algorithm 1 for every pair i < j of m×n label and probability arrays, or for `pairs` (Algorithm 2);
+    each row's `quantiles` (diagnosis_quantiles) spare computing its quantile cutoff again."""
     labels, probs, distance = _checked_inputs(labels, probs, distance, excluded)
     if k < 0 or max_per_label < 1:
         raise ValueError("k must be ≥ 0 and max_per_label ≥ 1")
@@ -161,7 +182,8 @@ def select_all_pairs(
     if any(not 0 <= i < j < len(labels) for i, j in pair_list):
         raise ValueError(f"pairs must be (i, j) with 0 ≤ i < j < {len(labels)}")
     used = sorted({index for pair in pair_list for index in pair})
-    cutoffs = confidence_cutoffs(labels[used], probs[used], threshold, rule, excluded)
+    own = None if quantiles is None else [quantiles[index] for index in used]
+    cutoffs = confidence_cutoffs(labels[used], probs[used], threshold, rule, excluded, own)
     masks = {
         index: eligible(labels[index], probs[index], cutoff, excluded)
         for index, cutoff in zip(used, cutoffs, strict=True)
@@ -366,40 +388,51 @@ def diagnose_pair(
     threshold: float = DEFAULT_THRESHOLD,
     rule: ThresholdRule = ThresholdRule.absolute,
     excluded: np.ndarray | None = None,
+    quantiles: tuple[Quantiles, Quantiles] | None = None,
 ) -> PairDiagnosis:
     """Count a pair's disagreements, those passing its own threshold and those passing each of
-    DIAGNOSED_THRESHOLDS: an image passes (rule, T) when p_i ≥ c_i and p_j ≥ c_j (confidence_cutoffs)."""
-    labels = np.stack([np.asarray(labels_i), np.asarray(labels_j)])
-    probs = np.stack([np.asarray(probs_i), np.asarray(probs_j)]).astype(np.float64)
-    if labels.ndim != 2 or labels.shape != probs.shape:
+    DIAGNOSED_THRESHOLDS: an image passes (rule, T) when p_i ≥ c_i and p_j ≥ c_j (confidence_cutoffs, with
+    the same number types, so that `confident` counts exactly Algorithm 1's candidates). `quantiles`: both
+    classifiers' diagnosis_quantiles, when the caller keeps them."""
+    labels_i, labels_j = np.asarray(labels_i), np.asarray(labels_j)
+    dtype = np.result_type(probs_i, probs_j)
+    dtype = dtype if np.issubdtype(dtype, np.floating) else np.dtype(np.float64)
+    probs_i, probs_j = np.asarray(probs_i, dtype=dtype), np.asarray(probs_j, dtype=dtype)
+    if not labels_i.shape == labels_j.shape == probs_i.shape == probs_j.shape or labels_i.ndim != 1:
         raise ValueError("labels and probabilities must be equally long 1-D arrays")
-    differ = (labels >= 0).all(axis=0) & (labels[0] != labels[1])
+    differ = (labels_i >= 0) & (labels_j >= 0) & (labels_i != labels_j)
     if excluded is not None:
         differ &= ~excluded
-    p_i, p_j = probs[0, differ], probs[1, differ]
-    levels = sorted({*dict(DIAGNOSED_THRESHOLDS)[ThresholdRule.quantile], float(threshold)})
-    quantiles = [
-        dict(zip(levels, own_quantiles(labels[r], probs[r], levels, excluded), strict=True)) for r in (0, 1)
-    ]
+    disagreeing = np.flatnonzero(differ)  # a gather after one scan: indexing by the mask twice costs ~10×
+    p_i, p_j = probs_i[disagreeing], probs_j[disagreeing]
+    if quantiles is None:
+        quantiles = (
+            diagnosis_quantiles(labels_i, probs_i, threshold, excluded),
+            diagnosis_quantiles(labels_j, probs_j, threshold, excluded),
+        )
 
-    def cutoffs_of(rule_: ThresholdRule, level: float) -> tuple[float, float]:
+    def cutoffs_of(rule_: ThresholdRule, level: float) -> tuple[np.floating, np.floating]:
         """(c_i, c_j) under one threshold."""
         if rule_ == ThresholdRule.absolute:
-            return float(level), float(level)
-        return float(quantiles[0][level]), float(quantiles[1][level])
+            return np.float64(level), np.float64(level)
+        return quantiles[0][level], quantiles[1][level]
 
-    def passing(cutoffs: tuple[float, float]) -> int:
-        """Disagreements with p_i ≥ c_i and p_j ≥ c_j."""
-        return int(((p_i >= cutoffs[0]) & (p_j >= cutoffs[1])).sum())
+    weakest = np.minimum(p_i, p_j)
+
+    def passing(cutoffs: tuple[np.floating, np.floating]) -> int:
+        """Disagreements with p_i ≥ c_i and p_j ≥ c_j (min(p_i, p_j) ≥ c when both cutoffs are c)."""
+        if cutoffs[0] == cutoffs[1]:
+            return int(np.count_nonzero(weakest >= cutoffs[0]))
+        return int(np.count_nonzero((p_i >= cutoffs[0]) & (p_j >= cutoffs[1])))
 
     own = cutoffs_of(rule, threshold)
     return PairDiagnosis(
         rule=rule,
         threshold=float(threshold),
-        cutoffs=own,
+        cutoffs=(float(own[0]), float(own[1])),
         disagreements=len(p_i),
         confident=passing(own),
-        most_confident=float(np.minimum(p_i, p_j).max()) if len(p_i) else None,
+        most_confident=float(weakest.max()) if len(p_i) else None,
         selected=selected,
         survivors=tuple(
             Survivors(rule_, level, passing(cutoffs_of(rule_, level)))
@@ -407,63 +440,3 @@ def diagnose_pair(
             for level in rule_levels
         ),
     )
-
-
-def threshold_text(rule: ThresholdRule, threshold: float) -> str:
-    """A threshold in words: 'T = 0.8' (absolute) or 'each classifier's own 0.8 quantile'."""
-    if rule == ThresholdRule.absolute:
-        return f"T = {threshold:g}"
-    return f"each classifier's own {threshold:g} quantile"
-
-
-def survivors_text(diagnosis: PairDiagnosis) -> str:
-    """The survivors in one line: 'T 0.5: 12 · 0.8: 0 | quantile 0.5: 40 · 0.8: 9'."""
-    return " | ".join(
-        ("T " if rule == ThresholdRule.absolute else "quantile ")
-        + " · ".join(f"{s.threshold:g}: {s.images}" for s in diagnosis.survivors if s.rule == rule)
-        for rule, _ in DIAGNOSED_THRESHOLDS
-    )
-
-
-def shortfall(diagnosis: PairDiagnosis, k: int, max_per_label: int) -> str | None:
-    """Why a pair selected fewer than k images, in words, with a threshold that would give more; None when
-    it selected k."""
-    found = diagnosis
-    if found.selected >= k:
-        return None
-    if found.disagreements == 0:
-        return "the two classifiers never disagree: they give the same label to every image both predict"
-    own = threshold_text(found.rule, found.threshold)
-    if found.confident >= k:
-        return (
-            f"the cap of {max_per_label} images per label leaves {found.selected} of the "
-            f"{found.confident} disagreements that pass {own}"
-        )
-    if found.confident == found.disagreements:
-        reason = f"the two classifiers disagree on only {_count(found.disagreements, 'image')}"
-    elif found.confident == 0:
-        reason = (
-            f"none of its {_count(found.disagreements, 'disagreement')} passes {own} (the most confident has "
-            f"both probabilities ≥ {found.most_confident:.3g})"
-        )
-    else:
-        reason = f"only {found.confident} of its {found.disagreements} disagreements pass {own}"
-    better = _more_confident_choice(found, k)
-    if better is None:
-        return reason
-    return f"{reason}; {better.images} would pass {threshold_text(better.rule, better.threshold)}"
-
-
-def _more_confident_choice(diagnosis: PairDiagnosis, k: int) -> Survivors | None:
-    """Of the diagnosed thresholds that pass more disagreements than the pair's own: the strictest that
-    still passes k (fewest images ≥ k), else the one that passes most; None if none passes more."""
-    more = [s for s in diagnosis.survivors if s.images > diagnosis.confident]
-    if not more:
-        return None
-    enough = [s for s in more if s.images >= k]
-    return min(enough, key=lambda s: s.images) if enough else max(more, key=lambda s: s.images)
-
-
-def _count(number: int, noun: str) -> str:
-    """'1 image', '3 images'."""
-    return f"{number} {noun}{'' if number == 1 else 's'}"

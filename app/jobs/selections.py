@@ -8,7 +8,8 @@ from sqlalchemy.orm import Session, aliased
 from app.classifiers.enums import ClassifierStatus
 from app.classifiers.models import Classifier
 from app.competitions.models import Competition
-from app.core.selection import PairDiagnosis, shortfall, survivors_text, threshold_text
+from app.core.selection import PairDiagnosis
+from app.core.shortfall import shortfall, survivors_text, threshold_text
 from app.jobs.schemas import PairSelectionRead, SelectionDiagnosis
 from app.labelling.models import PairImage, PairSubset
 

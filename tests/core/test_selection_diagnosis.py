@@ -12,11 +12,11 @@ from app.core.selection import (
     ThresholdRule,
     confidence_cutoffs,
     diagnose_pair,
+    diagnosis_quantiles,
     own_quantiles,
     select_pair,
-    shortfall,
-    survivors_text,
 )
+from app.core.shortfall import shortfall, survivors_text
 from app.core.taxonomy_sources import imagenet_1k
 
 N, K, CAP = 3000, 30, 3
@@ -156,6 +156,15 @@ def test_diagnosis_counts_equal_a_row_by_row_count(rule, seed, distance):
     expected = [(r, level, count(r, level)) for r, levels in DIAGNOSED_THRESHOLDS for level in levels]
     assert [(s.rule, s.threshold, s.images) for s in found.survivors] == expected
     assert PairDiagnosis.from_dict(json.loads(json.dumps(found.as_dict()))) == found
+
+    kept = tuple(  # what a worker keeps per classifier gives the same selection and diagnosis
+        diagnosis_quantiles(labels, probs, threshold, excluded)
+        for labels, probs in ((labels_a, probs_a), (labels_b, probs_b))
+    )
+    same = dict(threshold=threshold, rule=rule, excluded=excluded, quantiles=kept)
+    again = select_pair(labels_a, probs_a, labels_b, probs_b, distance, k=K, **same)
+    assert again.ordinals.tolist() == chosen.ordinals.tolist()
+    assert diagnose_pair(labels_a, probs_a, labels_b, probs_b, selected=chosen.n_selected, **same) == found
 
 
 def diagnosis(**fields) -> PairDiagnosis:
