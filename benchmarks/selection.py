@@ -3,7 +3,9 @@
 Synthetic top-1 predictions over the ImageNet-1k distance matrix. Prints the seconds for all pairs, the peak
 memory (tracemalloc during selection, and the process's max RSS), and the speed ratio against a per-row
 Python implementation run in this process on a subsample and scaled to the full size; checks that both give
-identical selections on that subsample.
+identical selections on that subsample. Then what select jobs add to it: the same pairs under the quantile
+threshold rule (ratio to the absolute rule's), and every pair's diagnosis (each classifier's quantiles
+computed once, as a worker keeps them) as a ratio to selecting the pairs one at a time, as select jobs do.
 
     .venv/bin/python benchmarks/selection.py [--json] [--classifiers 20] [--images 1000000]
 """
@@ -19,7 +21,16 @@ from itertools import combinations
 
 import numpy as np
 
-from app.core.selection import DEFAULT_K, DEFAULT_MAX_PER_LABEL, DEFAULT_THRESHOLD, select_all_pairs
+from app.core.selection import (
+    DEFAULT_K,
+    DEFAULT_MAX_PER_LABEL,
+    DEFAULT_THRESHOLD,
+    ThresholdRule,
+    diagnose_pair,
+    diagnosis_quantiles,
+    select_all_pairs,
+    select_pair,
+)
 from app.core.taxonomy_sources import imagenet_1k
 
 
@@ -71,6 +82,20 @@ def run(n_classifiers: int, n_images: int, subsample: int, reference_pairs: int,
     _, traced_peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
 
+    started = time.perf_counter()
+    select_all_pairs(labels, probs, distance, rule=ThresholdRule.quantile)
+    quantile_seconds = time.perf_counter() - started
+    started = time.perf_counter()  # as select jobs run it: one pair at a time
+    for i, j in selections:
+        select_pair(labels[i], probs[i], labels[j], probs[j], distance)
+    per_job_seconds = time.perf_counter() - started
+    started = time.perf_counter()  # as a worker runs them: each classifier's quantiles once, then each pair
+    kept = [diagnosis_quantiles(labels[i], probs[i], DEFAULT_THRESHOLD, None) for i in range(n_classifiers)]
+    for (i, j), selection in selections.items():
+        found = (labels[i], probs[i], labels[j], probs[j])
+        diagnose_pair(*found, selected=selection.n_selected, quantiles=(kept[i], kept[j]))
+    diagnosis_seconds = time.perf_counter() - started
+
     pairs = list(combinations(range(n_classifiers), 2))[:reference_pairs]
     sub_labels, sub_probs = labels[:, :subsample], probs[:, :subsample]
     sub_vectorised = select_all_pairs(sub_labels, sub_probs, distance, pairs=pairs)
@@ -105,6 +130,11 @@ def run(n_classifiers: int, n_images: int, subsample: int, reference_pairs: int,
         "per_row_scaled_seconds": round(per_row_scaled, 1),
         "speedup": round(per_row_scaled / vectorised_seconds, 1),
         "identical_on_subsample": identical,
+        "quantile_selection_seconds": round(quantile_seconds, 3),
+        "quantile_ratio": round(quantile_seconds / vectorised_seconds, 2),
+        "per_pair_selection_seconds": round(per_job_seconds, 3),
+        "diagnosis_seconds": round(diagnosis_seconds, 3),
+        "diagnosis_ratio": round(diagnosis_seconds / per_job_seconds, 2),
     }
 
 
@@ -127,6 +157,12 @@ def print_table(result: dict) -> None:
         ("per-row Python scaled to full size", f"{result['per_row_scaled_seconds']} s"),
         ("speedup", f"{result['speedup']}×"),
         ("identical selections on subsample", str(result["identical_on_subsample"])),
+        (
+            "selection, quantile rule",
+            f"{result['quantile_selection_seconds']} s ({result['quantile_ratio']}×)",
+        ),
+        ("selection one pair at a time (select jobs)", f"{result['per_pair_selection_seconds']} s"),
+        ("diagnoses, all pairs", f"{result['diagnosis_seconds']} s ({result['diagnosis_ratio']}× the above)"),
     ]
     for row in rows:
         table.add_row(*row)

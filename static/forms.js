@@ -284,12 +284,21 @@ function cells(row, values) {
   return row;
 }
 
+// A pair's disagreements passing each diagnosed threshold, as app/core/selection.py survivors_text writes it.
+function survivorsText(diagnosis) {
+  if (!diagnosis) return "";
+  return ["absolute", "quantile"].map((rule) => (rule === "absolute" ? "T " : "quantile ")
+    + diagnosis.survivors.filter((s) => s.rule === rule).map((s) => `${s.threshold}: ${s.images}`).join(" · ")).join(" | ");
+}
+
 async function refreshProgress(section) {
   const [progress, board] = await Promise.all([
     fetch(section.dataset.progressUrl, { credentials: "same-origin" }).then((r) => r.json()),
     fetch(section.dataset.leaderboardUrl, { credentials: "same-origin" }).then((r) => r.json()),
   ]);
-  section.querySelector("[data-field=pairs]").textContent = `${progress.pairs_selected} of ${progress.pairs_total}`;
+  const shortOfK = progress.pairs_empty || progress.pairs_short
+    ? ` (${progress.pairs_empty} empty, ${progress.pairs_short} short of k)` : "";
+  section.querySelector("[data-field=pairs]").textContent = `${progress.pairs_selected} of ${progress.pairs_total}${shortOfK}`;
   section.querySelector("[data-field=images]").textContent = progress.images;
   section.querySelector("[data-field=jobs]").textContent =
     Object.entries(progress.jobs_by_status).map(([name, count]) => `${count} ${name}`).join(", ") || "none";
@@ -300,13 +309,18 @@ async function refreshProgress(section) {
   warning.hidden = !progress.worker_warning;
   section.querySelector("#progress-rows").replaceChildren(...progress.classifiers.map((c) => cells(
     document.createElement("tr"),
-    [c.name, c.status, `${c.images_predicted} / ${c.images_total}`, c.error || ""],
+    [c.name, c.status, `${c.images_predicted} / ${c.images_total}`, `${c.pairs_empty} of ${c.pairs_selected}`, c.error || ""],
+  )));
+  section.querySelector("#pair-rows").replaceChildren(...progress.pairs.map((p) => cells(
+    document.createElement("tr"),
+    [`${p.classifier_a} vs ${p.classifier_b}`, `${p.selected} of ${p.k}`, p.diagnosis ? String(p.diagnosis.disagreements) : "—",
+      p.diagnosis ? String(p.diagnosis.confident) : "—", survivorsText(p.diagnosis), p.shortfall || ""],
   )));
   const ranked = [...board.classifiers].sort((a, b) => a.mad_rank - b.mad_rank || a.classifier_id - b.classifier_id);
   section.querySelector("#standing-rows").replaceChildren(...ranked.map((s) => {
     const row = cells(document.createElement("tr"), [
-      String(s.mad_rank), s.name, s.mad_score.toFixed(3), `${s.rank_low}–${s.rank_high}`,
-      String(s.labelled_images), s.provisional ? "provisional" : "",
+      s.no_rank ? "—" : String(s.mad_rank), s.name, s.no_rank ? "—" : s.mad_score.toFixed(3), `${s.rank_low}–${s.rank_high}`,
+      String(s.labelled_images), s.no_rank ? `no rank: ${s.no_rank}` : s.provisional ? "provisional" : "",
     ]);
     row.dataset.classifierId = s.classifier_id;
     return row;

@@ -13,7 +13,7 @@ import httpx
 import numpy as np
 
 from app.classifiers.prediction_store import Predictions
-from app.core.selection import PairSelection
+from app.core.selection import PairDiagnosis, PairSelection
 from app.jobs.schemas import (
     ClaimRequest,
     ClaimResponse,
@@ -21,6 +21,7 @@ from app.jobs.schemas import (
     HeartbeatRequest,
     Lease,
     LeaseState,
+    SelectionDiagnosis,
     SelectionResult,
 )
 from app.storage.local import write_atomically
@@ -105,11 +106,14 @@ class ServiceClient:
             files={"predictions": ("shard.npz", buffer.getvalue(), "application/octet-stream")},
         )
 
-    def complete_select(self, job_id: int, lease_token: str, selection: PairSelection) -> None:
-        """Upload a pair's selection and reserve, finishing the select job."""
+    def complete_select(
+        self, job_id: int, lease_token: str, selection: PairSelection, diagnosis: PairDiagnosis
+    ) -> None:
+        """Upload a pair's selection, reserve and diagnosis, finishing the select job."""
         body = SelectionResult(
             lease_token=lease_token,
             n_selected=selection.n_selected,
+            diagnosis=SelectionDiagnosis.model_validate(diagnosis.as_dict()),
             ordinals=selection.ordinals.tolist(),
             distances=selection.distances.tolist(),
             labels_a=selection.labels_i.tolist(),

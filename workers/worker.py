@@ -26,10 +26,10 @@ import torch
 
 from app.classifiers.enums import ClassifierSource
 from app.classifiers.timm_source import ClassifierSourceError, load_pretrained_tag, load_weights_file
-from app.core.selection import select_pair
+from app.core.selection import Quantiles, diagnose_pair, diagnosis_quantiles, select_pair
 from app.core.taxonomy_sources import cached_taxonomy
 from app.jobs.enums import JobKind
-from app.jobs.schemas import ClaimedJob, ClaimResponse, PredictTask
+from app.jobs.schemas import ClaimedJob, ClaimResponse, PredictTask, SelectTask
 from workers.client import LeaseLost, ServiceClient, ServiceUnavailable
 from workers.feed import FeedShard, ReadBytes
 from workers.image_readers import choose_reader
@@ -96,6 +96,9 @@ class Worker:
     engine: InferenceEngine | None = None
     engine_classifiers: tuple[int, ...] = ()
     predictions: OrderedDict = field(default_factory=OrderedDict)
+    quantiles: OrderedDict = field(default_factory=OrderedDict)
+    """Each classifier's diagnosis_quantiles by (classifier, images, T, excluded ordinals), kept like
+    `predictions`: a partition of the corpus per classifier, not one per pair."""
     storage_url: str = ""
     """Where the service keeps its blobs, from the latest claim."""
     jobs_done: int = 0
@@ -354,7 +357,7 @@ class Worker:
         return choose_reader(storage_url, task.images, client.base_url, client.token, job.id, job.lease_token)
 
     def _select(self, job: ClaimedJob) -> None:
-        """Algorithm 1 for one pair over the whole corpus, with its reserve; upload the selection."""
+        """Algorithm 1 for one pair over the whole corpus, its reserve and its diagnosis; upload them."""
         task = job.select
         if task is None:
             raise RuntimeError(f"select job {job.id} came without its task")
@@ -366,24 +369,58 @@ class Worker:
         b = self._predictions_of(task.classifier_b_id, n_images)
         excluded = np.zeros(n_images, dtype=bool)
         excluded[np.asarray(task.excluded_ordinals, dtype=np.int64)] = True
+        predictions = (a["top1"][:n_images], a["prob"][:n_images], b["top1"][:n_images], b["prob"][:n_images])
+        quantiles = (
+            self._quantiles_of(task.classifier_a_id, *predictions[:2], task, excluded),
+            self._quantiles_of(task.classifier_b_id, *predictions[2:], task, excluded),
+        )
+        threshold, rule = task.confidence_threshold, task.threshold_rule
         selection = select_pair(
-            a["top1"][:n_images],
-            a["prob"][:n_images],
-            b["top1"][:n_images],
-            b["prob"][:n_images],
+            *predictions,
             distance,
             k=task.k,
-            threshold=task.confidence_threshold,
+            threshold=threshold,
             max_per_label=task.max_per_label,
             reserve_size=task.reserve_size,
             excluded=excluded,
+            rule=rule,
+            quantiles=quantiles,
+        )
+        diagnosis = diagnose_pair(
+            *predictions,
+            selected=selection.n_selected,
+            threshold=threshold,
+            rule=rule,
+            excluded=excluded,
+            quantiles=quantiles,
         )
         if self.keeper.all_lost([job]):
             raise LeaseLost("the selection was taken over")
-        self.client.complete_select(job.id, job.lease_token, selection)
+        self.client.complete_select(job.id, job.lease_token, selection, diagnosis)
         with self.counting:
             self.jobs_done += 1
         self.report(label, 1, 1)
+
+    def _quantiles_of(
+        self,
+        classifier_id: int,
+        labels: np.ndarray,
+        probs: np.ndarray,
+        task: SelectTask,
+        excluded: np.ndarray,
+    ) -> Quantiles:
+        """A classifier's diagnosis_quantiles over the task's corpus, computed once (again if the corpus, T or
+        the excluded images changed)."""
+        key = (classifier_id, task.num_images, task.confidence_threshold, tuple(task.excluded_ordinals))
+        found = self.quantiles.get(key)
+        if found is None:
+            found = self.quantiles[key] = diagnosis_quantiles(
+                labels, probs, task.confidence_threshold, excluded
+            )
+            while len(self.quantiles) > CACHED_PREDICTIONS:
+                self.quantiles.popitem(last=False)
+        self.quantiles.move_to_end(key)
+        return found
 
     def _predictions_of(self, classifier_id: int, n_images: int) -> dict[str, np.ndarray]:
         """A classifier's top-1 labels and probabilities, downloaded once (again if the corpus grew)."""

@@ -24,6 +24,7 @@ from app.images.models import CompetitionImage, Image
 from app.images.service import image_counts
 from app.jobs import workers
 from app.jobs.progress import competition_progress
+from app.jobs.selections import survivors_line
 from app.labelling import adjudication
 from app.labelling.annotators import annotator_stats
 from app.labelling.gold import gold_questions
@@ -102,6 +103,11 @@ def admin_competition(
     ).all()
     members = list_members(db_session=db_session, competition=competition)
     member_ids = {member.user_id for member in members}
+    progress = competition_progress(
+        db_session=db_session,
+        competition_id=competition.id,
+        lost_after_s=request.app.state.settings.job_lease_s,
+    )
     return render(
         request,
         "admin_competition.html",
@@ -113,11 +119,8 @@ def admin_competition(
         ],
         user=admin,
         competition=competition,
-        progress=competition_progress(
-            db_session=db_session,
-            competition_id=competition.id,
-            lost_after_s=request.app.state.settings.job_lease_s,
-        ),
+        progress=progress,
+        pair_rows=[(pair, survivors_line(pair)) for pair in progress["pairs"]],
         classifiers=list_classifiers(db_session=db_session, competition_id=competition.id),
         sources=[source.value for source in ClassifierSource],
         board=compute_leaderboard(db_session=db_session, competition=competition),

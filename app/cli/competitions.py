@@ -6,6 +6,7 @@ import typer
 from rich.table import Table
 
 from app.cli.common import console, database_session, fail, load_settings
+from app.core.threshold_rule import ThresholdRule
 
 competitions_app = typer.Typer(help="Create and list MAD competitions.", no_args_is_help=True)
 
@@ -45,7 +46,13 @@ def create(
     ),
     k: int = typer.Option(30, help="Images selected per classifier pair (paper: 30)."),
     threshold: float = typer.Option(
-        0.8, help="Confidence threshold T: both top-1 probabilities ≥ T (paper: 0.8)."
+        0.8,
+        help="Confidence threshold T: both top-1 probabilities ≥ T (paper: 0.8), or see --threshold-rule.",
+    ),
+    threshold_rule: ThresholdRule = typer.Option(
+        ThresholdRule.absolute,
+        help="absolute: p ≥ T (the paper); quantile: p ≥ the T-quantile of each classifier's own top-1 "
+        "probabilities, for classifiers whose confidence stays low (label smoothing, mixup).",
     ),
     max_per_label: int = typer.Option(
         3, help="At most this many selected images per predicted label (paper: 3)."
@@ -67,6 +74,7 @@ def create(
             taxonomy_source=source,
             k=k,
             confidence_threshold=threshold,
+            threshold_rule=threshold_rule,
             max_per_label=max_per_label,
             panel_size=panel,
             smoothing=smoothing,
@@ -84,6 +92,7 @@ def create(
 def list_competitions() -> None:
     """Show every competition with its parameters and image count."""
     from app.competitions import service
+    from app.core.shortfall import threshold_text
     from app.images.service import image_counts
 
     with database_session(load_settings()) as session:
@@ -93,7 +102,7 @@ def list_competitions() -> None:
         ]
     if not rows:
         fail("no competitions yet: create one with `mad competitions create NAME`")
-    table = Table("id", "name", "taxonomy", "classes", "images", "k", "T", "panel")
+    table = Table("id", "name", "taxonomy", "classes", "images", "k", "threshold", "panel")
     for row in rows:
         table.add_row(
             str(row.id),
@@ -102,7 +111,7 @@ def list_competitions() -> None:
             str(row.num_classes),
             str(row.image_count),
             str(row.k),
-            str(row.confidence_threshold),
+            threshold_text(row.threshold_rule, row.confidence_threshold),
             str(row.panel_size),
         )
     console.print(table)

@@ -3,12 +3,17 @@
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from app.cli.common import console, database_session, fail, load_settings
+
+if TYPE_CHECKING:
+    from app.jobs.schemas import PairSelectionRead
 
 
 @contextmanager
@@ -95,8 +100,9 @@ def worker(
 def jobs(
     competition: str = typer.Option(..., "--competition", "-c", help="Competition to report on."),
 ) -> None:
-    """Progress of a competition: images predicted per classifier, pairs selected, jobs by status, errors,
-    and the workers seen lately (with a warning when none has been seen for a job lease)."""
+    """Progress of a competition: images predicted per classifier, pairs selected (each pair's diagnosis:
+    its disagreements, how many pass the threshold and others, and why one selected fewer than k), jobs by
+    status, errors, and the workers seen lately (with a warning when none has been seen for a job lease)."""
     from app.competitions.service import get_competition_by_name
     from app.jobs import service as jobs_service
     from app.jobs.enums import JobStatus
@@ -112,13 +118,23 @@ def jobs(
             db_session=session, competition_id=target.id, status=JobStatus.failed, limit=20
         )
         failures = [(job.key, job.error or "") for job in failed]
-    table = Table("classifier", "status", "images predicted", "error")
+    table = Table("classifier", "status", "images predicted", "empty pairs", "error")
     for row in progress["classifiers"]:
         table.add_row(
-            row["name"], row["status"], f"{row['images_predicted']}/{row['images_total']}", row["error"] or ""
+            row["name"],
+            row["status"],
+            f"{row['images_predicted']}/{row['images_total']}",
+            f"{row['pairs_empty']} of {row['pairs_selected']}",
+            row["error"] or "",
         )
     console.print(table)
-    console.print(f"Pairs selected: {progress['pairs_selected']}/{progress['pairs_total']}")
+    short = f" ({progress['pairs_empty']} empty, {progress['pairs_short']} short of k)"
+    console.print(
+        f"Pairs selected: {progress['pairs_selected']}/{progress['pairs_total']}"
+        + (short if progress["pairs_empty"] or progress["pairs_short"] else "")
+    )
+    if progress["pairs"]:
+        console.print(_pairs_table(progress["pairs"]))
     console.print(
         "Jobs: " + (", ".join(f"{n} {s}" for s, n in sorted(progress["jobs_by_status"].items())) or "none")
     )
@@ -128,3 +144,22 @@ def jobs(
     console.print(f"Workers last seen: {seen}", markup=False, highlight=False)
     if progress["worker_warning"]:
         console.print(progress["worker_warning"], markup=False, highlight=False, style="yellow")
+
+
+def _pairs_table(pairs: list["PairSelectionRead"]) -> Table:
+    """Each selected pair: images selected of k, its disagreements, how many pass the threshold and others,
+    and why it selected fewer than k."""
+    from app.jobs.selections import survivors_line
+
+    table = Table("pair", "selected", "disagreements", "pass", "would pass", "why fewer than k")
+    for pair in pairs:
+        found = pair.diagnosis
+        table.add_row(
+            escape(f"{pair.classifier_a} vs {pair.classifier_b}"),
+            f"{pair.selected} of {pair.k}",
+            "—" if found is None else str(found.disagreements),
+            "—" if found is None else str(found.confident),
+            survivors_line(pair),
+            pair.shortfall or "",
+        )
+    return table

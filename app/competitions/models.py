@@ -6,16 +6,17 @@ from typing import Any
 from sqlalchemy import JSON, BigInteger, CheckConstraint, ForeignKey, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db.base import Base, utcnow
+from app.core.threshold_rule import ThresholdRule
+from app.db.base import Base, str_enum, utcnow
 
 MIN_SMOOTHING, MAX_SMOOTHING = 0.001, 1000.0
 """Bounds of the Laplace pseudo-count α: below, a_ij / a_ji overflows; above, every a_ij is about ½."""
 
 
 class Competition(Base):
-    """One MAD competition (paper Algorithm 1) with its parameters k, T, label cap, panel and smoothing, and
-    its quality control: the gold rate, and the gold accuracy below which an annotator is paused once they
-    have answered gold_min_answers gold questions (0 never pauses)."""
+    """One MAD competition (paper Algorithm 1) with its parameters k, T and its rule, label cap, panel and
+    smoothing, and its quality control: the gold rate, and the gold accuracy below which an annotator is
+    paused once they have answered gold_min_answers gold questions (0 never pauses)."""
 
     __tablename__ = "competitions"
     __table_args__ = (
@@ -41,6 +42,11 @@ class Competition(Base):
     class_names: Mapped[list[Any]] = mapped_column(JSON)
     k: Mapped[int] = mapped_column(default=30)
     confidence_threshold: Mapped[float] = mapped_column(default=0.8)
+    threshold_rule: Mapped[ThresholdRule] = mapped_column(
+        str_enum(ThresholdRule), default=ThresholdRule.absolute
+    )
+    """absolute: both top-1 probabilities ≥ T (the paper); quantile: each ≥ its classifier's own T-quantile
+    (app/core/selection.py)."""
     max_per_label: Mapped[int] = mapped_column(default=3)
     panel_size: Mapped[int] = mapped_column(default=5)
     smoothing: Mapped[float] = mapped_column(default=1.0)

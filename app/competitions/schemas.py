@@ -6,6 +6,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.competitions.models import MAX_SMOOTHING, MIN_SMOOTHING
+from app.core.threshold_rule import ThresholdRule
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 GUIDELINES_MAX = 20_000
@@ -49,7 +50,17 @@ class CompetitionCreate(BaseModel):
     )
     k: int = Field(default=30, ge=1, le=10_000, description="Images selected per classifier pair.")
     confidence_threshold: float = Field(
-        default=0.8, ge=0, le=1, description="T: both top-1 probabilities ≥ T."
+        default=0.8,
+        ge=0,
+        le=1,
+        description="T: both top-1 probabilities ≥ T (absolute), or each ≥ its classifier's own T-quantile.",
+    )
+    threshold_rule: ThresholdRule = Field(
+        default=ThresholdRule.absolute,
+        description="absolute: p ≥ T, the paper's rule, which empties pairs of classifiers whose confidence "
+        "stays low (label smoothing, mixup); quantile: p ≥ the T-quantile of the classifier's own top-1 "
+        "probabilities over the corpus, so each classifier's most confident 1 − T passes whatever its "
+        "calibration.",
     )
     max_per_label: int = Field(
         default=3, ge=1, description="At most this many images per predicted label per pair."
@@ -113,6 +124,7 @@ class CompetitionRead(BaseModel):
     num_classes: int
     k: int
     confidence_threshold: float
+    threshold_rule: ThresholdRule
     max_per_label: int
     panel_size: int
     smoothing: float

@@ -111,6 +111,7 @@ def to_read(competition: Competition, image_count: int) -> CompetitionRead:
         num_classes=len(competition.class_keys),
         k=competition.k,
         confidence_threshold=competition.confidence_threshold,
+        threshold_rule=competition.threshold_rule,
         max_per_label=competition.max_per_label,
         panel_size=competition.panel_size,
         smoothing=competition.smoothing,

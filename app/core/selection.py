@@ -1,27 +1,45 @@
 """Top-k maximum-discrepancy image selection for pairs of classifiers (paper Algorithm 1, Sec. 3.1).
 
 Inputs are per-classifier arrays aligned by image ordinal: the top-1 label (int, -1 = no prediction) and its
-probability. For a pair (i, j) an image is a candidate when both labels exist and differ, min(p_i, p_j) ≥ T
-and the image is not excluded. Candidates are ordered by d(f_i(x), f_j(x)) descending, ties broken by the
-higher min(p_i, p_j), then by the lower ordinal. A greedy pass in that order accepts an image while fewer
-than `max_per_label` accepted images share its f_i label (counted over f_i's labels) and fewer than
-`max_per_label` share its f_j label (counted over f_j's labels). The first k accepted images are the
-selection; the pass goes on for `reserve_size` more, the ordered reserve that replaces discarded images,
-so the per-label cap holds over selection and reserve together.
+probability. For a pair (i, j) an image is a candidate when both labels exist and differ, p_i ≥ c_i and
+p_j ≥ c_j, and the image is not excluded. The cutoff c_i comes from the competition's threshold rule:
+`absolute`, c_i = T for every classifier (the paper's min(p_i, p_j) ≥ T); or `quantile`, c_i = the T-quantile
+of classifier i's own top-1 probabilities over the corpus (the images it predicts that are not excluded), so
+that each classifier's most confident share 1 − T passes whatever its calibration. Candidates are ordered
+by d(f_i(x), f_j(x)) descending, ties broken by the higher min(p_i, p_j), then by the lower ordinal. A greedy
+pass in that order accepts an image while fewer than `max_per_label` accepted images share its f_i label
+(counted over f_i's labels) and fewer than `max_per_label` share its f_j label (counted over f_j's labels).
+The first k accepted images are the selection; the pass goes on for `reserve_size` more, the ordered
+reserve that replaces discarded images, so the per-label cap holds over selection and reserve together.
+
+A pair's diagnosis (`diagnose_pair`) says how its selection went: its disagreements, how many pass the
+threshold, and how many would pass others (`app/core/shortfall.py` says it in words).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from itertools import combinations
+from typing import Any
 
 import numpy as np
+
+from app.core.threshold_rule import ThresholdRule
 
 DEFAULT_K = 30
 DEFAULT_THRESHOLD = 0.8
 DEFAULT_MAX_PER_LABEL = 3
 _POOL_FACTOR = 8  # first candidate pool: this many times the images needed; ×4 while the cap rejects more
+
+
+DIAGNOSED_THRESHOLDS = (
+    (ThresholdRule.absolute, (0.3, 0.5, 0.7, 0.8, 0.9)),
+    (ThresholdRule.quantile, (0.5, 0.7, 0.8, 0.9)),
+)
+"""The thresholds a pair's diagnosis counts its surviving disagreements at, besides its own."""
+Quantiles = Mapping[float, np.floating]
+"""A classifier's own top-1 probability quantile Q(q) by level q."""
 
 
 @dataclass(frozen=True)
@@ -50,11 +68,53 @@ class PairSelection:
 def eligible(
     labels: np.ndarray, probs: np.ndarray, threshold: float, excluded: np.ndarray | None
 ) -> np.ndarray:
-    """Images one classifier can contribute: label ≥ 0, p ≥ T, not excluded (Sec. 3.1)."""
+    """Images one classifier can contribute: label ≥ 0, p ≥ its cutoff c, not excluded (Sec. 3.1)."""
     mask = (labels >= 0) & (probs >= threshold)
     if excluded is not None:
         mask &= ~excluded
     return mask
+
+
+def own_quantiles(
+    labels: np.ndarray, probs: np.ndarray, levels: Iterable[float], excluded: np.ndarray | None
+) -> np.ndarray:
+    """Q_i(q) for each level q: numpy's (linear) quantile of one classifier's top-1 probabilities over the
+    images it predicts that are not excluded; 1 at every level when there is no such image."""
+    levels = np.asarray(list(levels), dtype=np.float64)
+    if ((levels < 0) | (levels > 1)).any():
+        raise ValueError("a quantile threshold lies in [0, 1]")
+    own = labels >= 0
+    if excluded is not None:
+        own &= ~excluded
+    return np.quantile(probs[own], levels) if own.any() else np.ones_like(levels)
+
+
+def confidence_cutoffs(
+    labels: np.ndarray,
+    probs: np.ndarray,
+    threshold: float,
+    rule: ThresholdRule,
+    excluded: np.ndarray | None = None,
+    quantiles: Sequence[Quantiles] | None = None,
+) -> np.ndarray:
+    """c_i of each row of m×n labels and probabilities: T (absolute) or Q_i(T) (quantile), read from the
+    rows' `quantiles` when the caller keeps them."""
+    if rule == ThresholdRule.absolute:
+        return np.full(len(labels), float(threshold))
+    if quantiles is not None:
+        return np.array([own[float(threshold)] for own in quantiles])
+    return np.array(
+        [own_quantiles(row, p, [threshold], excluded)[0] for row, p in zip(labels, probs, strict=True)]
+    )
+
+
+def diagnosis_quantiles(
+    labels: np.ndarray, probs: np.ndarray, threshold: float, excluded: np.ndarray | None
+) -> Quantiles:
+    """Q(q) of one classifier at T and at each diagnosed quantile level: all that its pairs' selections and
+    diagnoses need, computed once per classifier (a partition of the corpus) instead of once per pair."""
+    levels = sorted({*dict(DIAGNOSED_THRESHOLDS)[ThresholdRule.quantile], float(threshold)})
+    return dict(zip(levels, own_quantiles(labels, probs, levels, excluded), strict=True))
 
 
 def select_pair(
@@ -69,6 +129,8 @@ def select_pair(
     max_per_label: int = DEFAULT_MAX_PER_LABEL,
     reserve_size: int | None = None,
     excluded: np.ndarray | None = None,
+    rule: ThresholdRule = ThresholdRule.absolute,
+    quantiles: tuple[Quantiles, Quantiles] | None = None,
 ) -> PairSelection:
     """S_ij = greedy top-k by d(f_i(x), f_j(x)) with a per-label cap, then the reserve (Algorithm 1)."""
     labels = np.stack([np.asarray(labels_i), np.asarray(labels_j)])
@@ -83,6 +145,8 @@ def select_pair(
         max_per_label=max_per_label,
         reserve_size=reserve_size,
         excluded=excluded,
+        rule=rule,
+        quantiles=quantiles,
     )[(0, 1)]
 
 
@@ -97,8 +161,11 @@ def select_all_pairs(
     max_per_label: int = DEFAULT_MAX_PER_LABEL,
     reserve_size: int | None = None,
     excluded: np.ndarray | None = None,
+    rule: ThresholdRule = ThresholdRule.absolute,
+    quantiles: Sequence[Quantiles] | None = None,
 ) -> dict[tuple[int, int], PairSelection]:
-    """Algorithm 1 for every pair i < j of m×n label and probability arrays, or for `pairs` (Algorithm 2)."""
+    """Algorithm 1 for every pair i < j of m×n label and probability arrays, or for `pairs` (Algorithm 2);
+    each row's `quantiles` (diagnosis_quantiles) spare computing its quantile cutoff again."""
     labels, probs, distance = _checked_inputs(labels, probs, distance, excluded)
     if k < 0 or max_per_label < 1:
         raise ValueError("k must be ≥ 0 and max_per_label ≥ 1")
@@ -107,7 +174,12 @@ def select_all_pairs(
     if any(not 0 <= i < j < len(labels) for i, j in pair_list):
         raise ValueError(f"pairs must be (i, j) with 0 ≤ i < j < {len(labels)}")
     used = sorted({index for pair in pair_list for index in pair})
-    masks = {index: eligible(labels[index], probs[index], threshold, excluded) for index in used}
+    own = None if quantiles is None else [quantiles[index] for index in used]
+    cutoffs = confidence_cutoffs(labels[used], probs[used], threshold, rule, excluded, own)
+    masks = {
+        index: eligible(labels[index], probs[index], cutoff, excluded)
+        for index, cutoff in zip(used, cutoffs, strict=True)
+    }
     flat_distance = np.ascontiguousarray(distance).ravel()
 
     return {
@@ -245,3 +317,118 @@ def _capped_greedy(
         np.add.at(used_j, label_j[take], 1)
         remaining = remaining[first_overflow + 1 :]
     return np.concatenate(accepted) if accepted else np.empty(0, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class Survivors:
+    """How many of a pair's disagreements pass one threshold."""
+
+    rule: ThresholdRule
+    threshold: float
+    images: int
+
+
+@dataclass(frozen=True)
+class PairDiagnosis:
+    """How a pair's selection went. `disagreements`: images both classifiers predict, with different labels,
+    not excluded; `confident`: those that pass the threshold the pair was selected under (cutoffs c_i, c_j),
+    Algorithm 1's candidates; `most_confident`: the largest min(p_i, p_j) over the disagreements;
+    `selected`: the images Algorithm 1 selected (≤ k); `survivors`: those passing DIAGNOSED_THRESHOLDS."""
+
+    rule: ThresholdRule
+    threshold: float
+    cutoffs: tuple[float, float]
+    disagreements: int
+    confident: int
+    most_confident: float | None
+    selected: int
+    survivors: tuple[Survivors, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The diagnosis in plain JSON values, as it is sent and stored."""
+        data = asdict(self)
+        data["rule"], data["cutoffs"] = self.rule.value, list(self.cutoffs)
+        data["survivors"] = [dict(item, rule=item["rule"].value) for item in data["survivors"]]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PairDiagnosis:
+        """The diagnosis from its JSON values (as_dict)."""
+        most_confident = data["most_confident"]
+        return cls(
+            rule=ThresholdRule(data["rule"]),
+            threshold=float(data["threshold"]),
+            cutoffs=(float(data["cutoffs"][0]), float(data["cutoffs"][1])),
+            disagreements=int(data["disagreements"]),
+            confident=int(data["confident"]),
+            most_confident=None if most_confident is None else float(most_confident),
+            selected=int(data["selected"]),
+            survivors=tuple(
+                Survivors(ThresholdRule(item["rule"]), float(item["threshold"]), int(item["images"]))
+                for item in data["survivors"]
+            ),
+        )
+
+
+def diagnose_pair(
+    labels_i: np.ndarray,
+    probs_i: np.ndarray,
+    labels_j: np.ndarray,
+    probs_j: np.ndarray,
+    *,
+    selected: int,
+    threshold: float = DEFAULT_THRESHOLD,
+    rule: ThresholdRule = ThresholdRule.absolute,
+    excluded: np.ndarray | None = None,
+    quantiles: tuple[Quantiles, Quantiles] | None = None,
+) -> PairDiagnosis:
+    """Count a pair's disagreements, those passing its own threshold and those passing each of
+    DIAGNOSED_THRESHOLDS: an image passes (rule, T) when p_i ≥ c_i and p_j ≥ c_j (confidence_cutoffs, with
+    the same number types, so that `confident` counts exactly Algorithm 1's candidates). `quantiles`: both
+    classifiers' diagnosis_quantiles, when the caller keeps them."""
+    labels_i, labels_j = np.asarray(labels_i), np.asarray(labels_j)
+    dtype = np.result_type(probs_i, probs_j)
+    dtype = dtype if np.issubdtype(dtype, np.floating) else np.dtype(np.float64)
+    probs_i, probs_j = np.asarray(probs_i, dtype=dtype), np.asarray(probs_j, dtype=dtype)
+    if not labels_i.shape == labels_j.shape == probs_i.shape == probs_j.shape or labels_i.ndim != 1:
+        raise ValueError("labels and probabilities must be equally long 1-D arrays")
+    differ = (labels_i >= 0) & (labels_j >= 0) & (labels_i != labels_j)
+    if excluded is not None:
+        differ &= ~excluded
+    disagreeing = np.flatnonzero(differ)  # a gather after one scan: indexing by the mask twice costs ~10×
+    p_i, p_j = probs_i[disagreeing], probs_j[disagreeing]
+    if quantiles is None:
+        quantiles = (
+            diagnosis_quantiles(labels_i, probs_i, threshold, excluded),
+            diagnosis_quantiles(labels_j, probs_j, threshold, excluded),
+        )
+
+    def cutoffs_of(rule_: ThresholdRule, level: float) -> tuple[np.floating, np.floating]:
+        """(c_i, c_j) under one threshold."""
+        if rule_ == ThresholdRule.absolute:
+            return np.float64(level), np.float64(level)
+        return quantiles[0][level], quantiles[1][level]
+
+    weakest = np.minimum(p_i, p_j)
+
+    def passing(cutoffs: tuple[np.floating, np.floating]) -> int:
+        """Disagreements with p_i ≥ c_i and p_j ≥ c_j (min(p_i, p_j) ≥ c when both cutoffs are c)."""
+        if cutoffs[0] == cutoffs[1]:
+            return int(np.count_nonzero(weakest >= cutoffs[0]))
+        return int(np.count_nonzero((p_i >= cutoffs[0]) & (p_j >= cutoffs[1])))
+
+    own = cutoffs_of(rule, threshold)
+    return PairDiagnosis(
+        rule=rule,
+        threshold=float(threshold),
+        cutoffs=(float(own[0]), float(own[1])),
+        disagreements=len(p_i),
+        confident=passing(own),
+        most_confident=float(weakest.max()) if len(p_i) else None,
+        selected=selected,
+        survivors=tuple(
+            Survivors(rule_, level, passing(cutoffs_of(rule_, level)))
+            for rule_, rule_levels in DIAGNOSED_THRESHOLDS
+            for level in rule_levels
+        ),
+    )

@@ -5,15 +5,19 @@ from sqlalchemy.orm import Session
 
 from app.classifiers.enums import ClassifierSource, ClassifierStatus
 from app.classifiers.models import Classifier
+from app.competitions.models import Competition
 from app.images.service import competition_image_count
 from app.jobs import workers
 from app.jobs.enums import JobKind, JobStatus
 from app.jobs.models import Job
+from app.jobs.schemas import PairSelectionRead
+from app.jobs.selections import pair_selections
 
 
 def competition_progress(*, db_session: Session, competition_id: int, lost_after_s: int) -> dict:
-    """Images predicted per classifier, pairs selected out of all pairs, jobs by status, and the workers
-    seen lately (a warning when none was within lost_after_s)."""
+    """Images predicted per classifier, pairs selected out of all pairs (each with its diagnosis, and how
+    many are empty or short of k), jobs by status, and the workers seen lately (a warning when none was
+    within lost_after_s)."""
     n_images = competition_image_count(db_session=db_session, competition_id=competition_id)
     predicted = dict(
         db_session.execute(
@@ -35,6 +39,13 @@ def competition_progress(*, db_session: Session, competition_id: int, lost_after
             select(Job.status, func.count()).where(Job.competition_id == competition_id).group_by(Job.status)
         ).all()
     )
+    pairs = pair_selections(
+        db_session=db_session, competition=db_session.get_one(Competition, competition_id)
+    )
+    pairs_of: dict[int, list[PairSelectionRead]] = {c.id: [] for c in classifiers}
+    for pair in pairs:
+        pairs_of[pair.classifier_a_id].append(pair)
+        pairs_of[pair.classifier_b_id].append(pair)
     pairs_selected = db_session.scalar(
         select(func.count()).where(
             Job.competition_id == competition_id, Job.kind == JobKind.select, Job.status == JobStatus.done
@@ -53,11 +64,16 @@ def competition_progress(*, db_session: Session, competition_id: int, lost_after
                 else int(predicted.get(c.id) or 0),
                 "images_total": n_images,
                 "error": c.error,
+                "pairs_selected": len(pairs_of[c.id]),
+                "pairs_empty": sum(not pair.selected for pair in pairs_of[c.id]),
             }
             for c in classifiers
         ],
         "pairs_selected": pairs_selected,
         "pairs_total": len(active) * (len(active) - 1) // 2,
+        "pairs_empty": sum(not pair.selected for pair in pairs),
+        "pairs_short": sum(0 < pair.selected < pair.k for pair in pairs),
+        "pairs": pairs,
         "jobs_by_status": {status.value: count for status, count in by_status.items()},
         **workers.about(
             db_session=db_session, lost_after_s=lost_after_s, jobs_waiting=by_status.get(JobStatus.queued, 0)

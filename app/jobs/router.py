@@ -12,7 +12,7 @@ from app.classifiers.npz import load_npz
 from app.classifiers.prediction_store import Predictions
 from app.competitions.dependencies import CompetitionDep
 from app.competitions.models import Competition
-from app.core.selection import PairSelection
+from app.core.selection import PairDiagnosis, PairSelection
 from app.db.session import SessionDep
 from app.errors import InvalidInput, PayloadTooLarge
 from app.images.service import competition_image_count
@@ -86,6 +86,7 @@ def _claimed(db_session, job: Job) -> ClaimedJob:
             k=competition.k,
             reserve_size=competition.k,
             confidence_threshold=competition.confidence_threshold,
+            threshold_rule=competition.threshold_rule,
             max_per_label=competition.max_per_label,
             taxonomy=competition.taxonomy,
             taxonomy_source=competition.taxonomy_source,
@@ -229,7 +230,8 @@ def complete_predict(
 def complete_select(
     job_id: int, body: SelectionResult, db_session: SessionDep, _worker: WorkerUser
 ) -> JobRead:
-    """Store S_ij and its reserve and finish the job; 409 when the lease was lost. Repeating is harmless."""
+    """Store S_ij, its reserve and its threshold diagnosis and finish the job; 409 when the lease was lost.
+    Repeating is harmless."""
     selection = PairSelection(
         ordinals=np.asarray(body.ordinals, dtype=np.int64),
         distances=np.asarray(body.distances),
@@ -240,7 +242,11 @@ def complete_select(
         n_selected=body.n_selected,
     )
     job = service.complete_select(
-        db_session=db_session, job_id=job_id, lease_token=body.lease_token, selection=selection
+        db_session=db_session,
+        job_id=job_id,
+        lease_token=body.lease_token,
+        selection=selection,
+        diagnosis=PairDiagnosis.from_dict(body.diagnosis.model_dump()),
     )
     return JobRead.model_validate(job)
 

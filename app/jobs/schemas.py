@@ -6,6 +6,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.classifiers.enums import ClassifierSource, ClassifierStatus
+from app.core.threshold_rule import ThresholdRule
 from app.jobs.enums import JobKind, JobStatus
 
 
@@ -52,6 +53,9 @@ class SelectTask(BaseModel):
     k: int
     reserve_size: int
     confidence_threshold: float
+    threshold_rule: ThresholdRule = Field(
+        description="absolute: both top-1 probabilities ≥ T; quantile: each ≥ its classifier's T-quantile."
+    )
     max_per_label: int
     taxonomy: str
     taxonomy_source: str | None
@@ -111,11 +115,52 @@ Distance = Annotated[
 Probability = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False, description="A top-1 probability.")]
 
 
+Count = Annotated[int, Field(ge=0, le=2**63 - 1)]
+
+
+class ThresholdSurvivors(BaseModel):
+    """How many of a pair's disagreements pass one threshold."""
+
+    rule: ThresholdRule
+    threshold: float = Field(ge=0, le=1, allow_inf_nan=False)
+    images: Count
+
+
+class SelectionDiagnosis(BaseModel):
+    """How a pair's selection went (app/core/selection.py, PairDiagnosis), computed by its select job."""
+
+    rule: ThresholdRule = Field(description="The threshold rule the pair was selected under.")
+    threshold: float = Field(ge=0, le=1, allow_inf_nan=False, description="Its T.")
+    cutoffs: tuple[Probability, Probability] = Field(
+        description="The probability each classifier had to reach: T, or its own T-quantile."
+    )
+    disagreements: Count = Field(
+        description="Images both classifiers predict with different labels (excluded images left out)."
+    )
+    confident: Count = Field(description="Disagreements that pass the threshold: the candidates.")
+    most_confident: Probability | None = Field(
+        description="The largest min(p_a, p_b) over the disagreements; null without any."
+    )
+    selected: Count = Field(description="Images selected (at most k).")
+    survivors: list[ThresholdSurvivors] = Field(
+        max_length=100, description="Disagreements that would pass other thresholds, absolute and quantile."
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "SelectionDiagnosis":
+        """No count exceeds the disagreements, and the selected images are candidates."""
+        counts = [self.confident, *(survivors.images for survivors in self.survivors)]
+        if max(counts) > self.disagreements or self.selected > self.confident:
+            raise ValueError("a diagnosis counts at most its disagreements, and selects among its candidates")
+        return self
+
+
 class SelectionResult(BaseModel):
     """A pair's accepted images in greedy order: the first n_selected are S_ij, the rest the reserve."""
 
     lease_token: str
     n_selected: int = Field(ge=0)
+    diagnosis: SelectionDiagnosis
     ordinals: list[Ordinal]
     distances: list[Distance]
     labels_a: list[Label]
@@ -130,6 +175,8 @@ class SelectionResult(BaseModel):
         lengths |= {len(self.probs_a), len(self.probs_b)}
         if len(lengths) != 1 or self.n_selected > len(self.ordinals):
             raise ValueError("ordinals, distances, labels and probs must have equal lengths ≥ n_selected")
+        if self.diagnosis.selected != self.n_selected:
+            raise ValueError("the diagnosis must count the n_selected images selected")
         return self
 
 
@@ -168,7 +215,7 @@ class JobRead(BaseModel):
 
 
 class ClassifierProgress(BaseModel):
-    """How far one classifier's predictions are."""
+    """How far one classifier's predictions are, and how many of its pairs selected no image."""
 
     classifier_id: int
     name: str
@@ -176,6 +223,26 @@ class ClassifierProgress(BaseModel):
     images_predicted: int
     images_total: int
     error: str | None
+    pairs_selected: int = Field(description="Its pairs whose selection is stored.")
+    pairs_empty: int = Field(description="Of those, the pairs that selected no image (pairs says why).")
+
+
+class PairSelectionRead(BaseModel):
+    """A pair's stored selection: images selected of k, its reserve, its diagnosis and, if short, why."""
+
+    classifier_a_id: int
+    classifier_a: str
+    classifier_b_id: int
+    classifier_b: str
+    selected: int = Field(description="Images selected for labelling (at most k).")
+    k: int
+    reserve: int = Field(description="Images in reserve, to replace discarded ones.")
+    diagnosis: SelectionDiagnosis | None = Field(
+        description="The threshold diagnosis; null for pairs selected before it was kept."
+    )
+    shortfall: str | None = Field(
+        description="Why the pair selected fewer than k images, in words; null when it selected k."
+    )
 
 
 class WorkerSeen(BaseModel):
@@ -194,6 +261,11 @@ class CompetitionProgress(BaseModel):
     classifiers: list[ClassifierProgress]
     pairs_selected: int
     pairs_total: int
+    pairs_empty: int = Field(description="Selected pairs with no image.")
+    pairs_short: int = Field(description="Selected pairs with some images but fewer than k.")
+    pairs: list[PairSelectionRead] = Field(
+        description="Every stored pair of active classifiers, with its diagnosis and, if short of k, why."
+    )
     jobs_by_status: dict[str, int]
     workers: list[WorkerSeen] = Field(description="The workers seen most recently first (at most 10).")
     worker_warning: str | None = Field(

@@ -23,7 +23,7 @@ from app.classifiers.models import Classifier
 from app.classifiers.prediction_store import NO_LABEL, Predictions, PredictionStore
 from app.competitions.models import Competition
 from app.competitions.service import lock_competition
-from app.core.selection import PairSelection
+from app.core.selection import PairDiagnosis, PairSelection
 from app.db.base import utcnow
 from app.errors import Conflict, InvalidInput, NotFound, storage_errors
 from app.images.models import CompetitionImage, Image
@@ -359,8 +359,11 @@ def _check_shard_values(job_id: int, predictions: Predictions, num_classes: int)
         raise InvalidInput(f"job {job_id}: entropy_bits must be non-negative bits (NaN when unknown)")
 
 
-def complete_select(*, db_session: Session, job_id: int, lease_token: str, selection: PairSelection) -> Job:
-    """Store the pair's selected images and reserve (S_ij, Algorithm 1 line 10) and finish the job."""
+def complete_select(
+    *, db_session: Session, job_id: int, lease_token: str, selection: PairSelection, diagnosis: PairDiagnosis
+) -> Job:
+    """Store the pair's selected images and reserve (S_ij, Algorithm 1 line 10) with the diagnosis of its
+    threshold, and finish the job."""
     job = held_job(db_session=db_session, job_id=job_id, lease_token=lease_token, kind=JobKind.select)
     if job is None:
         return db_session.get_one(Job, job_id)
@@ -400,6 +403,7 @@ def complete_select(*, db_session: Session, job_id: int, lease_token: str, selec
         classifier_a_id=job.classifier_id,
         classifier_b_id=job.classifier_b_id,
         entries=entries,
+        diagnosis=diagnosis.as_dict(),
     )
     mark_done(db_session=db_session, job=job)
     return job

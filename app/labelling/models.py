@@ -4,8 +4,9 @@ and the labelling queue: one item per image with its leases.
 
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
-from sqlalchemy import ForeignKey, Index, String, Text, UniqueConstraint
+from sqlalchemy import JSON, ForeignKey, Index, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db.base import Base, str_enum, utcnow
@@ -22,6 +23,9 @@ class PairSubset(Base):
     classifier_a_id: Mapped[int] = mapped_column(ForeignKey("classifiers.id", ondelete="CASCADE"))
     classifier_b_id: Mapped[int] = mapped_column(ForeignKey("classifiers.id", ondelete="CASCADE"), index=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    diagnosis: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    """How the selection went (app/core/selection.py PairDiagnosis.as_dict); null for pairs selected before
+    revision 0003 kept it."""
 
 
 class PairImageRole(StrEnum):

@@ -8,6 +8,7 @@ the lock that serialises every change to the votes on its questions.
 
 import random
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from sqlalchemy import Select, delete, func, select
 from sqlalchemy.orm import Session
@@ -42,8 +43,10 @@ def store_pair_subset(
     classifier_a_id: int,
     classifier_b_id: int,
     entries: Sequence[PairEntry],
+    diagnosis: dict[str, Any] | None = None,
 ) -> PairSubset:
-    """Store a pair's selection in order (the first k selected, the rest reserve) and ask its new questions.
+    """Store a pair's selection in order (the first k selected, the rest reserve) with its diagnosis (how the
+    selection went, app/core/selection.py) and ask its new questions.
 
     Idempotent: storing a pair again returns the stored subset unchanged (paper Algorithm 2 asks only
     questions not yet answered).
@@ -62,6 +65,7 @@ def store_pair_subset(
             classifier_a_id=classifier_a_id,
             classifier_b_id=classifier_b_id,
             created_at=utcnow(),
+            diagnosis=diagnosis,
         )
         .on_conflict_do_nothing()
         .returning(PairSubset.id)

@@ -8,6 +8,7 @@ from app.classifiers.models import Classifier
 from app.competitions.models import Competition
 from app.errors import NotFound
 from app.images.models import Image
+from app.jobs.selections import pair_selection
 from app.labelling.models import PairImage, PairImageRole, PairSubset
 from app.labelling.results import QUESTION_A, QUESTION_B, image_withheld, with_pair_questions
 from app.leaderboard.schemas import ClassifierRef, GalleryImage, PairGalleryRead
@@ -89,4 +90,5 @@ def pair_gallery(*, db_session: Session, competition: Competition, a_id: int, b_
         labelled=labelled,
         correct_a=correct_a,
         correct_b=correct_b,
+        selection=pair_selection(db_session=db_session, competition=competition, pair=(a_id, b_id)),
     )

@@ -15,6 +15,7 @@ from app.competitions.models import Competition
 from app.competitions.service import get_competition
 from app.db.session import DatabaseStepsDep, SessionDep
 from app.errors import NotFound
+from app.jobs.schemas import PairSelectionRead
 from app.leaderboard import charts, public_reads, snapshots
 from app.leaderboard.public_reads import PublicReadsDep
 from app.leaderboard.schemas import HistoryRead, LeaderboardRead, PairWithoutLabels, SnapshotRead
@@ -71,8 +72,13 @@ def _waiting_text(pair: PairWithoutLabels) -> str:
     if not pair.selected:
         return "its images are not selected yet (a worker's job)"
     if pair.annotators_needed is None:
-        return "no image to ask about: the two never disagree confidently"
+        return "no image to ask about"
     return annotators_needed_text(pair.annotators_needed)
+
+
+def _short_text(pair: PairSelectionRead) -> str:
+    """A pair that selected fewer than k images, in words: '0 of 30 selected: why'."""
+    return f"{pair.selected} of {pair.k} selected: {pair.shortfall}"
 
 
 def decided_by_text(panel_size: int | None) -> str:
@@ -103,6 +109,7 @@ def _leaderboard_page(
     names = {standing.classifier_id: standing.name for standing in board.classifiers}
     ids = board.matrices.classifier_ids
     waiting = {(p.classifier_a_id, p.classifier_b_id): _waiting_text(p) for p in board.pairs_without_labels}
+    short = {(p.classifier_a_id, p.classifier_b_id): _short_text(p) for p in board.short_pairs}
     pairs = [
         (
             names[ids[i]],
@@ -110,6 +117,7 @@ def _leaderboard_page(
             board.matrices.labelled[i][j],
             _gallery_href(competition.id, ids[i], ids[j]),
             waiting.get((ids[i], ids[j]), ""),
+            short.get((ids[i], ids[j]), ""),
         )
         for i in range(len(ids))
         for j in range(i + 1, len(ids))

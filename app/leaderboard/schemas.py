@@ -5,6 +5,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.classifiers.enums import ClassifierStatus
+from app.jobs.schemas import PairSelectionRead
 
 
 class BootstrapSettings(BaseModel):
@@ -31,6 +32,12 @@ class ClassifierStanding(BaseModel):
     rank_low: int = Field(description="Best rank of the bootstrap interval.")
     rank_high: int = Field(description="Worst rank of the bootstrap interval.")
     provisional: bool = Field(description="The rank is not settled yet (see provisional_rule).")
+    no_rank: str | None = Field(
+        default=None,
+        description="Why nothing ranks it yet: no labelled image in any of its pairs (they selected no "
+        "image, wait for votes, or are not selected yet). Its mad_rank then only lists it last, its "
+        "intervals span every rank and score, and the pages show no rank. Null once it has a labelled image.",
+    )
     hodge_score: float
     hodge_rank: int
     bradley_terry_score: float = Field(description="Bradley–Terry log-strength from Case II wins.")
@@ -113,6 +120,11 @@ class LeaderboardRead(BaseModel):
     )
     pairs_without_labels: list[PairWithoutLabels] = Field(
         default_factory=list, description="Pairs of ranked classifiers with no labelled image yet."
+    )
+    short_pairs: list[PairSelectionRead] = Field(
+        default_factory=list,
+        description="Pairs of ranked classifiers that selected fewer than k images, each with its threshold "
+        "diagnosis and why (empty in snapshots frozen before it was recorded).",
     )
     case_shares: CaseSharesRead
     matrices: MatricesRead
@@ -205,6 +217,9 @@ class PairGalleryRead(BaseModel):
     labelled: int
     correct_a: int
     correct_b: int
+    selection: PairSelectionRead = Field(
+        description="How the pair's selection went: images selected of k, its diagnosis and, if short, why."
+    )
 
 
 class GroupPrecisionRead(BaseModel):

@@ -31,6 +31,8 @@ from app.core.ranking import (
     rank_classifiers,
     ranks_from_scores,
 )
+from app.jobs.schemas import PairSelectionRead
+from app.jobs.selections import pair_selections
 from app.labelling.results import annotators_to_first_label, pair_outcomes
 from app.leaderboard.schemas import (
     BootstrapSettings,
@@ -111,6 +113,12 @@ def compute_leaderboard(*, db_session: Session, competition: Competition) -> Lea
     pairs = ranked_pairs(db_session=db_session, competition=competition)
     classifiers, m = pairs.classifiers, len(pairs.classifiers)
     counts = count_outcomes(pairs.outcomes, m)
+    ranked_ids = {classifier.id for classifier in classifiers}
+    selections = [
+        selection
+        for selection in pair_selections(db_session=db_session, competition=competition)
+        if {selection.classifier_a_id, selection.classifier_b_id} <= ranked_ids
+    ]
     shares = case_shares(counts)
     common = dict(
         competition_id=competition.id,
@@ -122,6 +130,7 @@ def compute_leaderboard(*, db_session: Session, competition: Competition) -> Lea
         provisional_rule=PROVISIONAL_RULE,
         panel_size=competition.panel_size,
         pairs_without_labels=_pairs_without_labels(db_session, competition, classifiers, counts),
+        short_pairs=[selection for selection in selections if selection.selected < selection.k],
         unranked=pairs.unranked,
         case_shares=CaseSharesRead(
             case_i=shares.case_i, case_ii=shares.case_ii, case_iii=shares.case_iii, images=shares.images
@@ -164,6 +173,7 @@ def compute_leaderboard(*, db_session: Session, competition: Competition) -> Lea
                 rank_low=int(intervals.rank_low[i]),
                 rank_high=int(intervals.rank_high[i]),
                 provisional=spread > PROVISIONAL_RANK_SPREAD or int(fewest[i]) < settled_with,
+                no_rank=_no_rank(classifier.id, m, selections) if counts.without_evidence[i] else None,
                 hodge_score=float(ranking.hodge[i]),
                 hodge_rank=int(hodge_ranks[i]),
                 bradley_terry_score=float(ranking.bradley_terry[i]),
@@ -192,6 +202,24 @@ def compute_leaderboard(*, db_session: Session, competition: Competition) -> Lea
             dominance=ranking.dominance.tolist(),
             labelled=counts.n.tolist(),
         ),
+    )
+
+
+def _no_rank(classifier_id: int, m: int, selections: list[PairSelectionRead]) -> str:
+    """Why a classifier without any labelled image has no rank: what each of its m − 1 pairs waits for."""
+    if m == 1:
+        return "no other classifier to compare it with"
+    own = [s for s in selections if classifier_id in (s.classifier_a_id, s.classifier_b_id)]
+    empty = sum(not selection.selected for selection in own)
+    if empty == m - 1:
+        return f"{'its one pair' if m == 2 else f'all {m - 1} of its pairs'} selected no image to label"
+    waiting = (
+        (empty, "selected no image", "selected no image"),
+        (len(own) - empty, "waits for votes", "wait for votes"),
+        (m - 1 - len(own), "is not selected yet", "are not selected yet"),
+    )
+    return f"no labelled image yet: of its {m - 1} pairs, " + ", ".join(
+        f"{count} {one if count == 1 else many}" for count, one, many in waiting if count
     )
 
 

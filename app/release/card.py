@@ -8,6 +8,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from app.competitions.models import Competition
+from app.core.threshold_rule import ThresholdRule
 
 SIZE_CATEGORIES = ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"))
 TABLE_DESCRIPTIONS = {
@@ -63,7 +64,12 @@ def protocol_lines(competition: Competition, alpha: float | None) -> list[str]:
     """The MAD settings the labels were made under (paper Sec. 2–3)."""
     return [
         f"- Taxonomy: {competition.taxonomy}, {len(competition.class_keys)} classes.",
-        f"- Confidence threshold T = {competition.confidence_threshold}: both top-1 probabilities ≥ T.",
+        f"- Confidence threshold T = {competition.confidence_threshold}: "
+        + (
+            "both top-1 probabilities ≥ T."
+            if competition.threshold_rule == ThresholdRule.absolute
+            else "each top-1 probability ≥ the T-quantile of its classifier's own top-1 probabilities."
+        ),
         f"- k = {competition.k} images selected per classifier pair, at most {competition.max_per_label} per "
         "predicted label; the next ones kept in reserve.",
         f"- Panel of {competition.panel_size}: a question is decided once a majority of the panel agrees.",

@@ -26,6 +26,7 @@ from tests.leaderboard.scenario import (
     vote,
 )
 from tests.support.images import image_bytes
+from tests.support.jobs import diagnosis_upload
 from workers.worker import WorkerOptions, run_worker
 
 PRETRAINED_TAG = "resnet18.a1_in1k"
@@ -206,6 +207,7 @@ def test_retiring_a_classifier_cancels_its_jobs_and_refuses_their_results(
             "probs_a": [],
             "probs_b": [],
             "n_selected": 0,
+            "diagnosis": diagnosis_upload(0),
         },
         headers=admin_headers,
     )

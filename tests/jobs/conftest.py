@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 import safetensors.torch
 import timm
@@ -92,6 +93,19 @@ def live_service(live_settings) -> Iterator[LiveService]:
     """The app served on a free localhost port, with a worker account."""
     with serving(live_settings) as service:
         yield service
+
+
+@pytest.fixture
+def admin_client(live_service) -> Iterator[httpx.Client]:
+    """An HTTP client of the live service signed in as an admin."""
+    with live_service.session() as session:
+        user = users_service.create_user(
+            db_session=session, username="admin", role=Role.admin, password="long enough"
+        )
+        token = users_service.create_api_token(db_session=session, user=user, name="test")
+        session.commit()
+    with httpx.Client(base_url=live_service.url, headers={"Authorization": f"Bearer {token}"}) as client:
+        yield client
 
 
 def set_up_competition(

@@ -3,11 +3,8 @@ a classifier added later gets only its m new pairs (Algorithm 2); progress is re
 
 import re
 import time
-from collections.abc import Iterator
 
-import httpx
 import numpy as np
-import pytest
 from sqlalchemy import select
 from typer.testing import CliRunner
 
@@ -21,8 +18,6 @@ from app.jobs.enums import JobKind, JobStatus
 from app.jobs.lifecycle import enqueue_classifier
 from app.jobs.models import Job
 from app.labelling.models import PairImage, PairImageRole, PairSubset, Question
-from app.users import service as users_service
-from app.users.models import Role
 from tests.jobs.conftest import add_timm_classifier, clean_predictions, local_worker, set_up_competition
 from tests.support.jobs import competition_selection
 from workers.client import ServiceClient
@@ -92,20 +87,9 @@ def assert_subsets_are_algorithm_1(session, settings, competition_id: int) -> di
     return stored
 
 
-@pytest.fixture
-def admin(live_service) -> Iterator[httpx.Client]:
-    """An HTTP client of the live service signed in as an admin."""
-    with live_service.session() as session:
-        user = users_service.create_user(
-            db_session=session, username="admin", role=Role.admin, password="long enough"
-        )
-        token = users_service.create_api_token(db_session=session, user=user, name="test")
-        session.commit()
-    with httpx.Client(base_url=live_service.url, headers={"Authorization": f"Bearer {token}"}) as client:
-        yield client
-
-
-def test_mad_worker_alone_predicts_and_selects_every_pair(live_settings, live_service, admin, tmp_path):
+def test_mad_worker_alone_predicts_and_selects_every_pair(
+    live_settings, live_service, admin_client, tmp_path
+):
     competition_id = set_up_competition(live_service, tmp_path, images=N_IMAGES, k=K)
     env = cli_env(live_settings)
     result = CliRunner().invoke(cli, ["worker", "--exit-when-idle", "--device", "cpu"], env=env)
@@ -132,7 +116,8 @@ def test_mad_worker_alone_predicts_and_selects_every_pair(live_settings, live_se
             for label in (label_a, label_b)
         }
 
-    progress = admin.get(f"/api/v1/competitions/{competition_id}/progress").json()
+    progress = admin_client.get(f"/api/v1/competitions/{competition_id}/progress").json()
+    assert [(p["selected"], p["shortfall"]) for p in progress.pop("pairs")] == [(K, None)] * 3
     (seen,) = progress.pop("workers")  # the worker, by its default name host:pid, seen just now
     assert re.fullmatch(r".+:\d+", seen["worker"]) and progress.pop("worker_warning") is None
     assert progress == {
@@ -146,17 +131,21 @@ def test_mad_worker_alone_predicts_and_selects_every_pair(live_settings, live_se
                 "images_predicted": N_IMAGES,
                 "images_total": N_IMAGES,
                 "error": None,
+                "pairs_selected": 2,
+                "pairs_empty": 0,
             }
             for c in classifiers
         ],
         "pairs_selected": 3,
         "pairs_total": 3,
+        "pairs_empty": 0,
+        "pairs_short": 0,
         "jobs_by_status": {"done": 3 * N_IMAGES // SHARD + 3},
     }
     report = CliRunner().invoke(cli, ["jobs", "--competition", "live"], env=env, terminal_width=200)
     assert report.exit_code == 0, report.output
     for classifier in classifiers:
-        assert [classifier.name, "ready", f"{N_IMAGES}/{N_IMAGES}"] in [
+        assert [classifier.name, "ready", f"{N_IMAGES}/{N_IMAGES}", "0", "of", "2"] in [
             line.replace("│", " ").split() for line in report.output.splitlines()
         ]
     assert "Pairs selected: 3/3" in report.output
@@ -165,7 +154,7 @@ def test_mad_worker_alone_predicts_and_selects_every_pair(live_settings, live_se
 
 
 def test_a_classifier_added_later_gets_only_its_new_pairs_algorithm_2(
-    live_settings, live_service, admin, tmp_path
+    live_settings, live_service, admin_client, tmp_path
 ):
     n_images = 300
     competition_id = set_up_competition(live_service, tmp_path, images=n_images, k=K)
@@ -205,7 +194,7 @@ def test_a_classifier_added_later_gets_only_its_new_pairs_algorithm_2(
         )
         session.commit()
         fourth_id = fourth.id
-    waiting = admin.get(f"/api/v1/competitions/{competition_id}/progress").json()
+    waiting = admin_client.get(f"/api/v1/competitions/{competition_id}/progress").json()
     assert waiting["classifiers"][-1] == {
         "classifier_id": fourth_id,
         "name": "fourth",
@@ -213,6 +202,8 @@ def test_a_classifier_added_later_gets_only_its_new_pairs_algorithm_2(
         "images_predicted": 0,
         "images_total": n_images,
         "error": None,
+        "pairs_selected": 0,
+        "pairs_empty": 0,
     }
     assert (waiting["pairs_selected"], waiting["pairs_total"]) == (3, 6)
     assert waiting["jobs_by_status"] == {"done": 3 * n_images // SHARD + 3, "queued": n_images // SHARD}
@@ -239,7 +230,7 @@ def test_a_classifier_added_later_gets_only_its_new_pairs_algorithm_2(
     assert {(image, label) for _, image, label in questions_after - questions_before} == (
         new_pairs_asked - asked_before
     )
-    done = admin.get(f"/api/v1/competitions/{competition_id}/progress").json()
+    done = admin_client.get(f"/api/v1/competitions/{competition_id}/progress").json()
     assert [c["images_predicted"] for c in done["classifiers"]] == [n_images] * 4
     assert (done["pairs_selected"], done["pairs_total"]) == (6, 6)
 

@@ -30,7 +30,7 @@ from app.users import service as users_service
 from app.users.models import Role, User
 from tests.conftest import TEST_PASSWORD
 from tests.labelling.factories import add_images
-from tests.support.jobs import competition_selection
+from tests.support.jobs import competition_diagnosis, competition_selection
 
 DIGITS = """\
 root: digit
@@ -71,14 +71,17 @@ def corpus(db_session: Session, settings: Settings, competition: Competition, n:
     return [sha256_of[image_id] for image_id in image_ids]
 
 
-def predictions_parquet(hashes: Sequence[str], top1: np.ndarray, seed: int) -> bytes:
-    """A predictions file (Parquet keyed by sha256) with confident top-1 labels and random entropies."""
+def predictions_parquet(
+    hashes: Sequence[str], top1: np.ndarray, seed: int, confidence: tuple[float, float] = (0.5, 1.0)
+) -> bytes:
+    """A predictions file (Parquet keyed by sha256) with top-1 probabilities drawn uniformly from
+    `confidence` (confident by default) and random entropies."""
     rng = np.random.default_rng(seed)
     table = pa.table(
         {
             "sha256": list(hashes),
             "top1": np.asarray(top1, dtype=np.int64),
-            "prob": rng.uniform(0.5, 1.0, len(hashes)),
+            "prob": rng.uniform(*confidence, len(hashes)),
             "entropy": rng.uniform(0.0, 3.0, len(hashes)),
         }
     )
@@ -97,10 +100,11 @@ def register(
     top1: np.ndarray,
     reported_accuracy: float | None = None,
     seed: int = 0,
+    confidence: tuple[float, float] = (0.5, 1.0),
 ) -> Classifier:
     """Register a classifier from a predictions file (ready at once; its pair selections are queued)."""
     path = tmp_path / f"{name}.parquet"
-    path.write_bytes(predictions_parquet(hashes, top1, seed))
+    path.write_bytes(predictions_parquet(hashes, top1, seed, confidence))
     classifier = classifiers_service.register_predictions_file(
         db_session=db_session,
         settings=settings,
@@ -163,7 +167,11 @@ def run_select_jobs(db_session: Session, settings: Settings) -> list[tuple[int, 
         excluded[jobs_service.excluded_ordinals(db_session=db_session, competition_id=competition.id)] = True
         selection = competition_selection(competition, a, b, excluded)
         jobs_service.complete_select(
-            db_session=db_session, job_id=job.id, lease_token=job.lease_token, selection=selection
+            db_session=db_session,
+            job_id=job.id,
+            lease_token=job.lease_token,
+            selection=selection,
+            diagnosis=competition_diagnosis(competition, a, b, selection, excluded),
         )
         db_session.commit()
         done.append((job.classifier_id, job.other_classifier_id))

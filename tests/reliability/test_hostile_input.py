@@ -29,7 +29,7 @@ from app.jobs.models import Job, JobKind, JobStatus
 from app.users.models import Role
 from tests.conftest import bearer, make_user
 from tests.jobs.test_classifier_registration import add_images, assert_nothing_stored, register
-from tests.support.jobs import claimed_shard
+from tests.support.jobs import claimed_shard, diagnosis_upload
 
 NAN_BODIES = {
     "/api/v1/competitions": '{"name": "nan-test", "smoothing": NaN}',
@@ -148,6 +148,7 @@ def selection(lease: str, **changes) -> dict:
         "labels_b": [3, 4],
         "probs_a": [0.9, 0.8],
         "probs_b": [0.95, 0.85],
+        "diagnosis": diagnosis_upload(2),
     }
     return {**body, **changes}
 
@@ -167,6 +168,11 @@ def test_out_of_range_selection_uploads_are_refused_and_the_job_completes_after(
         "negative-ordinal": '"ordinals": [-1, 1]',
         "label-beyond-classes": '"labels_a": [1000, 2]',
         "negative-label": '"labels_b": [-2, 4]',
+        "diagnosis-of-another-selection": f'"diagnosis": {json.dumps(diagnosis_upload(1))}',
+        "diagnosis-counting-beyond-its-disagreements": '"diagnosis": '
+        + json.dumps({**diagnosis_upload(2), "disagreements": 1}),
+        "diagnosis-with-an-unknown-rule": '"diagnosis": '
+        + json.dumps({**diagnosis_upload(2), "rule": "vibes"}),
     }
     for case, replacement in bad.items():
         key = replacement.split(":")[0].strip('"')

@@ -1,5 +1,5 @@
 """A predict job claimed by a worker through the API, as the worker protocol's tests start from, and the
-selection a select job stores, as the tests that check it compute it."""
+selection and diagnosis a select job stores, as the tests that check it compute them."""
 
 from dataclasses import dataclass
 
@@ -10,7 +10,7 @@ from app.classifiers.models import Classifier
 from app.classifiers.prediction_store import Predictions
 from app.competitions.models import Competition
 from app.competitions.service import competition_taxonomy
-from app.core.selection import PairSelection, select_pair
+from app.core.selection import PairDiagnosis, PairSelection, diagnose_pair, select_pair
 from app.jobs.models import Job
 from app.jobs.service import enqueue_predictions
 from app.users.models import Role
@@ -74,4 +74,37 @@ def competition_selection(
         max_per_label=competition.max_per_label,
         reserve_size=competition.k,
         excluded=excluded,
+        rule=competition.threshold_rule,
     )
+
+
+def competition_diagnosis(
+    competition: Competition,
+    a: Predictions,
+    b: Predictions,
+    selection: PairSelection,
+    excluded: np.ndarray | None = None,
+) -> PairDiagnosis:
+    """The core's diagnosis of a pair's selection with the competition's threshold, as the worker sends it."""
+    return diagnose_pair(
+        a.top1,
+        a.prob,
+        b.top1,
+        b.prob,
+        selected=selection.n_selected,
+        threshold=competition.confidence_threshold,
+        rule=competition.threshold_rule,
+        excluded=excluded,
+    )
+
+
+def diagnosis_upload(selected: int) -> dict:
+    """A consistent diagnosis for a selection upload of `selected` images under T = 0.8."""
+    found = diagnose_pair(
+        np.arange(selected) % 5,
+        np.full(selected, 0.9),
+        (np.arange(selected) + 1) % 5,
+        np.full(selected, 0.85),
+        selected=selected,
+    )
+    return found.as_dict()

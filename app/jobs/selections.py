@@ -1,0 +1,88 @@
+"""Stored pair selections as admins and the public see them: images selected of k, the reserve, the select
+job's threshold diagnosis, and why a pair that selected fewer than k images did (docs/architecture.md,
+Selection)."""
+
+from sqlalchemy import Select, func, select
+from sqlalchemy.orm import Session, aliased
+
+from app.classifiers.enums import ClassifierStatus
+from app.classifiers.models import Classifier
+from app.competitions.models import Competition
+from app.core.selection import PairDiagnosis
+from app.core.shortfall import shortfall, survivors_text, threshold_text
+from app.jobs.schemas import PairSelectionRead, SelectionDiagnosis
+from app.labelling.models import PairImage, PairSubset
+
+INACTIVE = (ClassifierStatus.failed, ClassifierStatus.retired)
+
+
+def pair_selections(*, db_session: Session, competition: Competition) -> list[PairSelectionRead]:
+    """Every stored pair of the competition's active classifiers in id order, each with why it selected
+    fewer than k images."""
+    first, second = aliased(Classifier), aliased(Classifier)
+    query = _selections(competition, first, second).where(
+        first.status.notin_(INACTIVE), second.status.notin_(INACTIVE)
+    )
+    return [_pair_selection(competition, *row) for row in db_session.execute(query)]
+
+
+def pair_selection(
+    *, db_session: Session, competition: Competition, pair: tuple[int, int]
+) -> PairSelectionRead:
+    """The stored selection of one pair (lower classifier id first)."""
+    first, second = aliased(Classifier), aliased(Classifier)
+    query = _selections(competition, first, second).where(
+        PairSubset.classifier_a_id == pair[0], PairSubset.classifier_b_id == pair[1]
+    )
+    return _pair_selection(competition, *db_session.execute(query).one())
+
+
+def _selections(competition: Competition, first: type[Classifier], second: type[Classifier]) -> Select:
+    """The competition's pair subsets with both classifiers' names and their stored image counts."""
+    images = select(func.count()).where(PairImage.subset_id == PairSubset.id).scalar_subquery()
+    return (
+        select(PairSubset, first.name, second.name, images)
+        .join(first, first.id == PairSubset.classifier_a_id)
+        .join(second, second.id == PairSubset.classifier_b_id)
+        .where(PairSubset.competition_id == competition.id)
+        .order_by(PairSubset.classifier_a_id, PairSubset.classifier_b_id)
+    )
+
+
+def _pair_selection(
+    competition: Competition, subset: PairSubset, name_a: str, name_b: str, stored: int
+) -> PairSelectionRead:
+    """One pair's selection: its first k stored images were selected, the rest are its reserve."""
+    selected = min(stored, competition.k)
+    return PairSelectionRead(
+        classifier_a_id=subset.classifier_a_id,
+        classifier_a=name_a,
+        classifier_b_id=subset.classifier_b_id,
+        classifier_b=name_b,
+        selected=selected,
+        k=competition.k,
+        reserve=stored - selected,
+        diagnosis=None if subset.diagnosis is None else SelectionDiagnosis.model_validate(subset.diagnosis),
+        shortfall=_why_short(competition, subset, selected),
+    )
+
+
+def _why_short(competition: Competition, subset: PairSubset, selected: int) -> str | None:
+    """The diagnosis's shortfall; for a pair selected before diagnoses were kept, what is known."""
+    if subset.diagnosis is not None:
+        return shortfall(PairDiagnosis.from_dict(subset.diagnosis), competition.k, competition.max_per_label)
+    if selected >= competition.k:
+        return None
+    threshold = threshold_text(competition.threshold_rule, competition.confidence_threshold)
+    return (
+        f"only {selected} of its disagreements passed {threshold} and the cap of {competition.max_per_label} "
+        "images per label (selected before the reasons were kept: no diagnosis)"
+    )
+
+
+def survivors_line(pair: PairSelectionRead) -> str:
+    """How many of the pair's disagreements pass each diagnosed threshold, in one line ('' without a
+    diagnosis)."""
+    return (
+        "" if pair.diagnosis is None else survivors_text(PairDiagnosis.from_dict(pair.diagnosis.model_dump()))
+    )
