@@ -1,5 +1,6 @@
 """The site's own pages: the home page (what to do next), sign-in/sign-out, one's own account, and the
-invitation page on which an invited person chooses their username and password and is signed in."""
+invitation page on which an invited person chooses their username and password, or an OpenID provider to
+sign in with, and is signed in (the OpenID flow itself: openid_pages.py)."""
 
 from typing import Annotated
 
@@ -11,15 +12,24 @@ from app.competitions import service as competitions_service
 from app.competitions.members import competitions_of
 from app.db.base import utcnow
 from app.db.session import DatabaseStepsDep, SessionDep
-from app.errors import Conflict, InvalidInput
+from app.errors import Conflict, Forbidden, InvalidInput
 from app.images.service import image_counts
 from app.labelling.annotators import images_left
-from app.security import new_csrf_token
-from app.users import invitations, rate_limit
+from app.settings import Settings
+from app.users import invitations, openid, rate_limit
 from app.users import service as users_service
-from app.users.auth import ANNOTATOR_ROLES, SESSION_GENERATION, OptionalUser, check_csrf, page_user
+from app.users.auth import (
+    ANNOTATOR_ROLES,
+    OptionalUser,
+    check_csrf,
+    landing_page,
+    page_user,
+    safe_next,
+    start_session,
+)
 from app.users.models import Role
 from app.users.service import MIN_PASSWORD_LENGTH
+from app.web.dependencies import SettingsDep
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
@@ -44,10 +54,26 @@ def home(request: Request, db_session: SessionDep, user: OptionalUser):
     )
 
 
+PASSWORDS_OFF = "Password sign-in is turned off here: use a button below."
+
+
+def sign_in_choices(settings: Settings) -> dict:
+    """What a sign-in or invitation page offers: the OpenID providers, and whether passwords are taken."""
+    return {"providers": settings.oidc_providers, "passwords": settings.password_sign_in}
+
+
 @router.get("/login", response_class=HTMLResponse)
-def login_page(request: Request, user: OptionalUser, next: str = "/"):
-    """The sign-in form."""
-    return render(request, "login.html", user=user, next=_safe_next(next), error=None, username="")
+def login_page(request: Request, user: OptionalUser, settings: SettingsDep, next: str = "/"):
+    """The sign-in form, and a button for each OpenID provider."""
+    return render(
+        request,
+        "login.html",
+        user=user,
+        next=safe_next(next),
+        error=None,
+        username="",
+        **sign_in_choices(settings),
+    )
 
 
 @router.post("/login", response_class=HTMLResponse, dependencies=[Depends(check_csrf)])
@@ -56,6 +82,7 @@ async def login(
     steps: DatabaseStepsDep,
     username: Annotated[str, Form()],
     password: Annotated[str, Form()],
+    settings: SettingsDep,
     next: Annotated[str, Form()] = "/",
 ):
     """Check the password, start a session and go to `next` (an admin without one goes to /admin); a wrong
@@ -64,8 +91,20 @@ async def login(
     After too many failures from one address, for one username or for all, the form answers 429 until the
     window passes. The database is used in short steps: the Argon2 check between them holds no connection
     (and waits at its own gate, PASSWORD_CHECKS_AT_ONCE per process), and an unknown username costs the
-    same Argon2 work as a known one.
+    same Argon2 work as a known one. With password sign-in turned off (MAD_PASSWORD_SIGN_IN) the form
+    answers 403 without looking at the password.
     """
+    choices = sign_in_choices(settings)
+    if not settings.password_sign_in:
+        return render(
+            request,
+            "login.html",
+            status_code=403,
+            next=safe_next(next),
+            error=PASSWORDS_OFF,
+            username="",
+            **choices,
+        )
     limits = request.app.state.login_limits
     address = request.client.host if request.client else ""
     where = dict(limits=limits, address=address, username=username)
@@ -73,7 +112,13 @@ async def login(
     if wait_s:
         error = f"Too many failed sign-ins. Try again in {wait_s} seconds."
         response = render(
-            request, "login.html", status_code=429, next=_safe_next(next), error=error, username=username
+            request,
+            "login.html",
+            status_code=429,
+            next=safe_next(next),
+            error=error,
+            username=username,
+            **choices,
         )
         response.headers["Retry-After"] = str(wait_s)
         return response
@@ -86,28 +131,37 @@ async def login(
             request,
             "login.html",
             status_code=401,
-            next=_safe_next(next),
+            next=safe_next(next),
             error="Wrong username or password.",
             username=username,
+            **choices,
         )
     await steps.run(lambda db: rate_limit.forget(db_session=db, address=address, username=username))
-    request.session.clear()
-    request.session.update(
-        {"user_id": account.id, SESSION_GENERATION: account.session_generation, "csrf": new_csrf_token()}
-    )
-    target = _safe_next(next)
-    if target == "/" and account.role == Role.admin:
-        target = "/admin"
-    return RedirectResponse(target, status_code=303)
+    start_session(request, account.id, account.session_generation)
+    return RedirectResponse(landing_page(next, account.role), status_code=303)
 
 
 @router.get("/account", response_class=HTMLResponse)
-def account_page(request: Request, user: OptionalUser):
-    """The signed-in person's account: who they are, and a form to change their password."""
+def account_page(request: Request, db_session: SessionDep, user: OptionalUser, settings: SettingsDep):
+    """The signed-in person's account: who they are, the OpenID providers they sign in with (and buttons to
+    link the others), and a form to change their password when they have one."""
     account = page_user(request, user, Role.admin, Role.annotator)
     if isinstance(account, RedirectResponse):
         return account
-    return render(request, "account.html", user=account)
+    identities = openid.identities_of(db_session=db_session, user=account)
+    linked = {identity.issuer: identity for identity in identities}
+    return render(
+        request,
+        "account.html",
+        user=account,
+        has_password=account.password_hash is not None,
+        linked=[
+            (provider, linked[provider.issuer])
+            for provider in settings.oidc_providers
+            if provider.issuer in linked
+        ],
+        to_link=[provider for provider in settings.oidc_providers if provider.issuer not in linked],
+    )
 
 
 @router.post("/logout", dependencies=[Depends(check_csrf)])
@@ -120,10 +174,11 @@ def logout(request: Request, db_session: SessionDep, user: OptionalUser):
 
 
 @router.get("/invitations/{token}", response_class=HTMLResponse, name="invitation_page")
-def invitation_page(request: Request, token: str, db_session: SessionDep):
-    """The form that makes the invited person's account; 404 once the link is used or expired."""
+def invitation_page(request: Request, token: str, db_session: SessionDep, settings: SettingsDep):
+    """The form that makes the invited person's account, and a button for each OpenID provider to join
+    with instead; 404 once the link is used or expired."""
     invitation = invitations.open_invitation(db_session=db_session, token=token)
-    return _form(request, invitation.role, username="", error=None)
+    return _form(request, settings, token, invitation.role, username="", error=None)
 
 
 @router.post("/invitations/{token}", response_class=HTMLResponse, dependencies=[Depends(check_csrf)])
@@ -131,41 +186,47 @@ def accept_invitation(
     request: Request,
     token: str,
     db_session: SessionDep,
+    settings: SettingsDep,
     username: Annotated[str, Form(max_length=200)],
     password: Annotated[str, Form(max_length=200)],
     password_again: Annotated[str, Form(max_length=200)],
 ):
     """Make the account, use the link up and sign in; a taken username or a short or mistyped password
-    re-shows the form (422 or 409) with the username kept, the link still unused."""
+    re-shows the form (422 or 409) with the username kept, the link still unused; so does password sign-in
+    turned off (403)."""
     invitation = invitations.open_invitation(db_session=db_session, token=token)
     try:
+        if not settings.password_sign_in:
+            raise Forbidden(PASSWORDS_OFF)
         if password != password_again:
             raise InvalidInput("the two passwords differ: type the same one twice")
         user = invitations.accept_invitation(
             db_session=db_session, token=token, username=username, password=password
         )
-    except (InvalidInput, Conflict) as error:
-        return _form(request, invitation.role, username, str(error), error.status_code)
-    request.session.clear()
-    request.session.update(
-        {"user_id": user.id, SESSION_GENERATION: user.session_generation, "csrf": new_csrf_token()}
-    )
-    return RedirectResponse("/admin" if user.role == Role.admin else "/", status_code=303)
+    except (InvalidInput, Conflict, Forbidden) as error:
+        return _form(request, settings, token, invitation.role, username, str(error), error.status_code)
+    start_session(request, user.id, user.session_generation)
+    return RedirectResponse(landing_page("/", user.role), status_code=303)
 
 
-def _form(request: Request, role: Role, username: str, error: str | None, status_code: int = 200):
+def _form(
+    request: Request,
+    settings: Settings,
+    token: str,
+    role: Role,
+    username: str,
+    error: str | None,
+    status_code: int = 200,
+):
     """The invitation form, with an error to fix when there is one."""
     return render(
         request,
         "invitation.html",
         status_code=status_code,
         role=role.value,
+        token=token,
         username=username,
         error=error,
         min_length=MIN_PASSWORD_LENGTH,
+        **sign_in_choices(settings),
     )
-
-
-def _safe_next(target: str) -> str:
-    """Only same-site paths are followed after sign-in (no open redirect)."""
-    return target if target.startswith("/") and not target.startswith("//") else "/"

@@ -1,5 +1,6 @@
 """Invitations: one-time links, expiring, with which a person makes their own account (username and
-password); only the SHA-256 of a link's token is stored."""
+password, or an OpenID provider's account: app/users/openid.py); only the SHA-256 of a link's token is
+stored."""
 
 import re
 import secrets
@@ -81,17 +82,27 @@ def open_invitation(*, db_session: Session, token: str) -> Invitation:
 
 
 def accept_invitation(*, db_session: Session, token: str, username: str, password: str) -> User:
-    """Make the invited person's account with their username and password and use the invitation up.
-
-    The invitation is claimed by one conditional UPDATE (unused and unexpired), so two uses of one link at
-    once make one account: the second waits for the first's row lock and then finds it used.
-    """
+    """Make the invited person's account with their username and password and use the invitation up
+    (claim_invitation: two uses of one link at once make one account)."""
     if not re.fullmatch(USERNAME_PATTERN, username):
         raise InvalidInput("a username is 1 to 64 letters, digits or _ . @ -")
     if len(password) < MIN_PASSWORD_LENGTH:
         raise InvalidInput(f"a password of at least {MIN_PASSWORD_LENGTH} characters is required")
     if db_session.scalar(select(User.id).where(User.username == username)) is not None:
         raise Conflict(f"the username {username!r} is taken: choose another")
+    invitation = claim_invitation(db_session=db_session, token=token)
+    user = create_user(db_session=db_session, username=username, role=invitation.role, password=password)
+    invitation.user_id = user.id
+    db_session.flush()
+    return user
+
+
+def claim_invitation(*, db_session: Session, token: str) -> Invitation:
+    """The open invitation of this token, used up now (its user_id is the caller's to set), or NotFound.
+
+    The invitation is claimed by one conditional UPDATE (unused and unexpired), so two uses of one link at
+    once claim it once: the second waits for the first's row lock and then finds it used.
+    """
     invitation = open_invitation(db_session=db_session, token=token)
     now = utcnow()
     claimed = cast(
@@ -104,7 +115,4 @@ def accept_invitation(*, db_session: Session, token: str, username: str, passwor
     )
     if claimed.rowcount != 1:
         raise NotFound(GONE)
-    user = create_user(db_session=db_session, username=username, role=invitation.role, password=password)
-    invitation.user_id = user.id
-    db_session.flush()
-    return user
+    return invitation
