@@ -32,9 +32,11 @@ SCOPE = "openid email profile"
 PROVIDER_TIMEOUT_S = 10
 PROFILE_CLAIMS = ("email", "email_verified", "preferred_username")
 FLOW = "openid_flow"
-"""The session's key for the sign-in under way: the provider's name, the page to go to after it, and the
-invitation it uses (Authlib keeps its state, nonce and PKCE verifier beside it)."""
+"""The session's key for the sign-in under way: the provider's name, the page to go to after it, the
+invitation it uses and whether it links the signed-in account (Authlib keeps its state, nonce and PKCE
+verifier beside it)."""
 START_AGAIN = "this sign-in was already finished, or was started in another browser or tab: start again"
+SIGN_IN_TO_LINK = "your session has ended: sign in again, then link the account from your account page"
 
 router = APIRouter(include_in_schema=False)
 
@@ -74,12 +76,19 @@ async def start_sign_in(
     name: str,
     next: Annotated[str, Form(max_length=2000)] = "/",
     invitation: Annotated[str | None, Form(max_length=200)] = None,
+    link: Annotated[bool, Form()] = False,
 ):
     """Send the browser to the provider's sign-in page, with a new state, nonce and PKCE challenge; the
-    invitation (from an invitation page) is used by the first sign-in of a new account."""
+    invitation (from an invitation page) is used by the first sign-in of a new account, and `link` (from the
+    account page) links the provider's account to the signed-in one."""
     provider, client = request.app.state.openid_clients.get(name)
     await _discovery(provider, client)
-    request.session[FLOW] = {"provider": name, "next": safe_next(next), "invitation": invitation}
+    request.session[FLOW] = {
+        "provider": name,
+        "next": safe_next(next),
+        "invitation": invitation,
+        "link": link,
+    }
     return await client.authorize_redirect(request, str(request.url_for("openid_callback", name=name)))
 
 
@@ -89,13 +98,17 @@ async def finish_sign_in(request: Request, name: str, steps: DatabaseStepsDep):
     linked account (or link or make one) and go on to the page the sign-in started from."""
     provider, client = request.app.state.openid_clients.get(name)
     flow = request.session.pop(FLOW, None)
-    session_user = (request.session.get("user_id"), request.session.get(SESSION_GENERATION))
     try:
         if flow is None or flow["provider"] != name:
             raise SignInFailed(START_AGAIN)
+        linking = (
+            (request.session.get("user_id"), request.session.get(SESSION_GENERATION))
+            if flow["link"]
+            else None
+        )
         identity = await _identity(request, provider, client)
         account = await steps.run(
-            lambda db_session: _account(db_session, identity, provider, flow["invitation"], *session_user)
+            lambda db_session: _account(db_session, identity, provider, flow["invitation"], linking)
         )
     except MadError as error:
         return render(
@@ -187,18 +200,19 @@ def _account(
     identity: ProviderIdentity,
     provider: OpenIDProvider,
     invitation: str | None,
-    session_user_id: int | None,
-    session_generation: int | None,
+    linking: tuple[int | None, int | None] | None,
 ) -> SignInAccount:
-    """The account the identity signs in to (openid.sign_in_identity), as the session needs it; a signed-in
-    browser links the identity to its account."""
-    signed_in = (
-        users_service.session_user(
-            db_session=db_session, user_id=session_user_id, session_generation=session_generation
-        )
-        if session_user_id is not None
-        else None
-    )
+    """The account the identity signs in to (openid.sign_in_identity), as the session needs it; when
+    `linking` (the session's user id and generation), the identity is linked to that signed-in account."""
+    signed_in = None
+    if linking is not None:
+        user_id, generation = linking
+        if user_id is not None:
+            signed_in = users_service.session_user(
+                db_session=db_session, user_id=user_id, session_generation=generation
+            )
+        if signed_in is None:
+            raise SignInFailed(SIGN_IN_TO_LINK)
     user = openid.sign_in_identity(
         db_session=db_session,
         identity=identity,

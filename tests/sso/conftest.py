@@ -33,7 +33,8 @@ TESTSERVER_CALLBACK = f"http://testserver/login/sso/{NAME}/callback"
 MISCHIEFS = ("tampered-claims", "unsigned", "wrong-issuer", "wrong-audience", "expired", "wrong-nonce")
 """How the provider can spoil its ID tokens (provider.mjs): a claim changed under the signature, no signature
 (alg none), and validly signed tokens with another issuer, another audience (and this client as azp), long
-expired, or another sign-in's nonce."""
+expired, or another sign-in's nonce. (provider.mjs has one more, "another-subject": a validly signed token
+about someone else than the user info.)"""
 
 
 @dataclass

@@ -30,11 +30,20 @@ HTML = {"accept": "text/html"}
 FAILED = "<h1>Sign-in did not work</h1>"
 
 
-def start(client: TestClient, *, path: str = "/login", next: str = "/", invitation: str | None = None) -> str:
+def start(
+    client: TestClient,
+    *,
+    path: str = "/login",
+    next: str = "/",
+    invitation: str | None = None,
+    link: bool = False,
+) -> str:
     """Press the provider's button on the page at `path`: the authorization URL the site redirects to."""
     data = {"csrf_token": form_field(client.get(path).text, "csrf_token"), "next": next}
     if invitation is not None:
         data["invitation"] = invitation
+    if link:
+        data["link"] = "true"
     answer = client.post(f"/login/sso/{NAME}", data=data, headers=HTML, follow_redirects=False)
     assert answer.status_code == 302, answer.text
     return answer.headers["location"]
@@ -208,6 +217,29 @@ def test_an_id_token_that_fails_a_check_signs_nobody_in(client, provider, db_ses
     assert me(client) is None and identities(db_session) == []
 
 
+def test_an_id_token_about_another_subject_than_the_user_info_signs_nobody_in(client, provider, db_session):
+    provider.account("mallory", f"mallory@{ALLOWED_DOMAIN}")
+    provider.account("someone-else", f"someone@{ALLOWED_DOMAIN}")
+    provider.configure(mischief="another-subject")  # validly signed, but not about who signed in
+    answer = sign_in_as(client, provider, "mallory")
+    assert (
+        answer.status_code == 400 and "Test provider&#39;s user info is about another account" in answer.text
+    )
+    assert me(client) is None and identities(db_session) == []
+
+
+def test_an_answer_naming_another_issuer_signs_nobody_in(client, provider):
+    provider.account("mia", f"mia@{ALLOWED_DOMAIN}")
+    callback = through_the_provider(start(client), provider.issuer, "mia")
+    assert parse_qs(urlsplit(callback).query)["iss"] == [provider.issuer]  # RFC 9207
+    mixed_up = callback.replace("iss=", "iss=https%3A%2F%2Fattacker.example&was=")
+    answer = client.get(mixed_up, headers=HTML)
+    assert (
+        answer.status_code == 400 and "The answer came from &#39;https://attacker.example&#39;" in answer.text
+    )
+    assert me(client) is None
+
+
 def closed_port() -> int:
     """A port of 127.0.0.1 nothing listens on (just freed)."""
     with socket.socket() as probe:
@@ -235,9 +267,15 @@ def test_a_signed_in_person_links_a_provider_account_and_then_signs_in_with_it(
     client, provider, db_session, annotator
 ):
     sign_in(client, "annotator")
-    assert f"Link {DISPLAY_NAME}" in client.get("/account").text
+    provider.account("stranger", "stranger@elsewhere.example")
+    assert (
+        sign_in_as(client, provider, "stranger").status_code == 403
+    )  # signing in, not linking: not admitted
+    assert identities(db_session) == [] and me(client)["username"] == "annotator"
+    page = client.get("/account").text
+    assert f"Link {DISPLAY_NAME}" in page and form_field(page, "link") == "true"
     provider.account("anna-elsewhere", "anna@elsewhere.example")  # signed in: no domain or invitation needed
-    answer = sign_in_as(client, provider, "anna-elsewhere", path="/account", next="/account")
+    answer = sign_in_as(client, provider, "anna-elsewhere", path="/account", next="/account", link=True)
     assert answer.status_code == 303 and answer.headers["location"] == "/account"
     page = client.get("/account").text
     assert f"You can sign in with {DISPLAY_NAME} (anna@elsewhere.example)" in page
@@ -245,8 +283,11 @@ def test_a_signed_in_person_links_a_provider_account_and_then_signs_in_with_it(
     sign_out(client)
     assert sign_in_as(client, provider, "anna-elsewhere").status_code == 303
     assert me(client)["username"] == "annotator"
-
     sign_out(client)
+    ended = sign_in_as(client, provider, "stranger", link=True)  # a link pressed after the session ended
+    assert ended.status_code == 400 and "sign in again, then link" in ended.text
+    assert me(client) is None and len(identities(db_session)) == 1
+
     set_active(db_session=db_session, user=annotator, is_active=False)
     db_session.commit()
     refused = sign_in_as(client, provider, "anna-elsewhere")

@@ -83,6 +83,7 @@ const mischiefs = {
   },
   'expired': async ([, payload]) => resign({ ...decode(payload), iat: now() - 7200, exp: now() - 3600 }),
   'wrong-nonce': async ([, payload]) => resign({ ...decode(payload), nonce: 'a-nonce-from-another-sign-in' }),
+  'another-subject': async ([, payload]) => resign({ ...decode(payload), sub: 'someone-else' }),
 };
 
 provider.use(async (ctx, next) => {
