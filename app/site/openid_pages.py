@@ -74,7 +74,7 @@ class OpenIDClients:
 async def start_sign_in(
     request: Request,
     name: str,
-    next: Annotated[str, Form(max_length=2000)] = "/",
+    next: Annotated[str, Form(max_length=500)] = "/",
     invitation: Annotated[str | None, Form(max_length=200)] = None,
     link: Annotated[bool, Form()] = False,
 ):
