@@ -32,6 +32,7 @@
   const STATS_EVERY = 10; // images between progress refreshes
   const UNDO_LIMIT = 10; // the server keeps the last ten answers editable
   const ZOOM = { toggle: 2.5, step: 1.5, max: 6, pan: 0.2 };
+  const flagDecidesAlone = "flagDecidesAlone" in app.dataset; // a panel of one: one flag discards the image
   const storageKey = `mad-label-${app.dataset.competition}-${app.dataset.user}`;
   const pendingKey = `mad-pending-${app.dataset.competition}`;
 
@@ -45,6 +46,7 @@
   let imagesLeft = null; // images left for this annotator, as the server last said, less those finished since
   let sinceStats = 0; // images finished since the progress was last read
   let scale = 1; // the image's zoom: 1 fits the frame
+  let flagAsked = null; // the flag reason asked about on this image, where one flag decides alone
 
   // What survives a reload of this tab: how many steps the server can undo, and each recent image's
   // question count (an image brought back by undo shows only its open questions).
@@ -110,6 +112,7 @@
   function showItem(next) {
     item = next;
     index = 0;
+    flagAsked = null;
     answers = [];
     memory.totals[item.item_id] ??= item.questions.length;
     remember();
@@ -306,6 +309,7 @@
 
   function answer(value) {
     if (working || !item || !imageLoaded) return;
+    flagAsked = null;
     const current = item.questions[index];
     answers.push({ question_id: current.question_id, answer: value, seconds: (performance.now() - shownAt) / 1000 });
     if (index + 1 < item.questions.length) {
@@ -335,14 +339,27 @@
   }
 
   // reason: "too_difficult" or "not_natural" (not a natural photo); either counts towards replacing the image.
+  // Where one flag decides alone (a panel of one), the first press asks, and the same key again flags.
   function flag(reason) {
     if (working || !item) return;
+    if (flagDecidesAlone && flagAsked !== reason) {
+      flagAsked = reason;
+      say(
+        `With a panel of one, your flag alone discards this image for every pair, and it cannot be undone. ` +
+        `Press ${reason === "not_natural" ? "P" : "D"} again to flag it, or answer it.`,
+      );
+      return;
+    }
+    flagAsked = null;
     run(async () => {
       setEnabled(false);
       try {
-        await call("POST", "/flags", { item_id: item.item_id, reason });
-        counted(1);
-        say(reason === "not_natural" ? "Flagged as not a natural photo." : "Flagged as too difficult.");
+        const result = await call("POST", "/flags", { item_id: item.item_id, reason });
+        if (!result.discarded) counted(1); // a flag the panel acted on cannot be undone
+        say(
+          (reason === "not_natural" ? "Flagged as not a natural photo." : "Flagged as too difficult.") +
+          (result.discarded ? " The image is discarded: this flag cannot be undone." : ""),
+        );
       } catch (error) {
         if (error.status !== 409) {
           setEnabled(imageLoaded);
@@ -390,14 +407,19 @@
         if (error.status === 404 || (error.status === 409 && /only the last/.test(error.message))) {
           memory.undoable = 0;
           remember();
-          say(`Nothing more to undo: only your last ${UNDO_LIMIT} answers can be undone.`);
+          say(
+            /stays/.test(error.message)
+              ? error.message
+              : `Nothing more to undo: only your last ${UNDO_LIMIT} answers can be undone.`,
+          );
           return;
         }
         throw error;
       }
       memory.undoable -= 1;
       remember();
-      const what = data.undone === "flag" ? "Your flag is undone" : "Your last answer is undone";
+      const kept = data.flags_kept ? " (your flag on an image the panel discarded stays: it cannot be withdrawn)" : "";
+      const what = (data.undone === "flag" ? "Your flag is undone" : "Your last answer is undone") + kept;
       if (data.item) {
         showItem(data.item);
         say(`${what}: answer again.`);

@@ -12,8 +12,16 @@ import krippendorff
 import numpy as np
 from scipy.special import expit
 
-DS_PSEUDO_COUNT = 1.0
-"""Laplace pseudo-count added to each cell of an annotator's confusion matrix (no zero probabilities)."""
+DS_PSEUDO_RIGHT = 2.0
+DS_PSEUDO_WRONG = 1.0
+"""Pseudo-counts added to each annotator's right and wrong answers, for yes and for no: no zero
+probabilities, and a prior belief that annotators do better than chance (sensitivity and specificity start
+from 2/3, not 1/2). Without it EM on a few shared questions drifted to its degenerate answer, everyone as
+bad as chance and every question of one class, and relabelled questions every annotator agreed on (two
+annotators on four questions, one unanimous yes among three unanimous no: the yes was relabelled)."""
+DS_PRIOR_PSEUDO_COUNT = 1.0
+"""Pseudo-count added to the yes and the no questions when the share of yes answers π is estimated, so that
+π never collapses to 0 or 1 (the same drift)."""
 DS_MAX_ITERATIONS = 200
 DS_TOLERANCE = 1e-8
 
@@ -84,9 +92,10 @@ class DawidSkene:
 
 
 def dawid_skene(votes: Votes) -> DawidSkene:
-    """EM for the two-class Dawid–Skene model, started from the vote shares: E-step P(yes | votes) ∝
-    π Π sens^a (1-sens)^(1-a), M-step π = mean P(yes), sens = Σ P(yes)·a / Σ P(yes) (spec alike), with
-    DS_PSEUDO_COUNT in every confusion cell."""
+    """EM (maximum a posteriori) for the two-class Dawid–Skene model, started from the vote shares: E-step
+    P(yes | votes) ∝ π Π sens^a (1-sens)^(1-a), M-step π = (Σ P(yes) + c) / (n + 2c),
+    sens = (Σ P(yes)·a + r) / (Σ P(yes) + r + w) (spec alike), with c = DS_PRIOR_PSEUDO_COUNT and r, w =
+    DS_PSEUDO_RIGHT, DS_PSEUDO_WRONG."""
     answer = votes.answer.astype(np.float64)
     total = np.bincount(votes.question, minlength=votes.n_questions)
     p_yes = np.bincount(votes.question, weights=answer, minlength=votes.n_questions) / np.maximum(total, 1)
@@ -102,9 +111,8 @@ def dawid_skene(votes: Votes) -> DawidSkene:
 
 
 def _maximise(votes: Votes, answer: np.ndarray, p_yes: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
-    """M-step: π = mean P(yes); sensitivity and specificity per annotator with DS_PSEUDO_COUNT per cell."""
+    """M-step: π and each annotator's sensitivity and specificity, with the pseudo-counts of dawid_skene."""
     weight_yes, weight_no = p_yes[votes.question], 1 - p_yes[votes.question]
-    count = DS_PSEUDO_COUNT
     said_yes_when_yes = np.bincount(
         votes.annotator, weights=weight_yes * answer, minlength=votes.n_annotators
     )
@@ -113,9 +121,10 @@ def _maximise(votes: Votes, answer: np.ndarray, p_yes: np.ndarray) -> tuple[floa
         votes.annotator, weights=weight_no * (1 - answer), minlength=votes.n_annotators
     )
     when_no = np.bincount(votes.annotator, weights=weight_no, minlength=votes.n_annotators)
-    sensitivity = (said_yes_when_yes + count) / (when_yes + 2 * count)
-    specificity = (said_no_when_no + count) / (when_no + 2 * count)
-    prior = float(np.clip(p_yes.mean(), 1e-6, 1 - 1e-6)) if len(p_yes) else 0.5
+    pseudo = DS_PSEUDO_RIGHT + DS_PSEUDO_WRONG
+    sensitivity = (said_yes_when_yes + DS_PSEUDO_RIGHT) / (when_yes + pseudo)
+    specificity = (said_no_when_no + DS_PSEUDO_RIGHT) / (when_no + pseudo)
+    prior = float((p_yes.sum() + DS_PRIOR_PSEUDO_COUNT) / (len(p_yes) + 2 * DS_PRIOR_PSEUDO_COUNT))
     return prior, sensitivity, specificity
 
 

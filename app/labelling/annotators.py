@@ -194,9 +194,10 @@ def annotator_stats(
 
 def images_left(*, db_session: Session, user_id: int, competition_id: int | None = None) -> dict[int, int]:
     """Per competition (or only competition_id): the images the annotator may still be given, as
-    queue.next_item hands them out: open ones (votes needed) they have not finished or flagged, those they
-    skipped included, and, where gold images are mixed in, images with a gold question they have not
-    answered, flagged or skipped. Competitions with none left are missing."""
+    queue.next_item hands them out: open ones (votes needed) they have not finished or flagged, and, where
+    gold images are mixed in, images with a gold question they have not answered or flagged; those they
+    skipped included either way, so that a skip moves the count alike on both. Competitions with none left
+    are missing."""
     mine = Assignment.__table__.alias("mine")
 
     def my_status(*statuses: AssignmentStatus):
@@ -219,7 +220,7 @@ def images_left(*, db_session: Session, user_id: int, competition_id: int | None
         )
         .exists()
     )
-    gold_left = and_(Competition.gold_rate > 0, unanswered_gold, ~my_status(AssignmentStatus.skipped))
+    gold_left = and_(Competition.gold_rate > 0, unanswered_gold)
     query = (
         select(LabelItem.competition_id, func.count().label("images"))
         .join(Competition, Competition.id == LabelItem.competition_id)

@@ -68,8 +68,9 @@ def submit_answers(
 ) -> SubmitResult:
     """Record an annotator's answers on one image; a strict majority of the panel decides a question and
     stops its asking (paper Sec. 3.1). Answers to questions decided meanwhile are not stored; resending an
-    answer already stored is a no-op; changing one needs undo. New answers are then checked
-    (app.labelling.quality), which may pause the annotator."""
+    answer already stored is a no-op; changing one needs undo. Each answer's seconds are the client's,
+    bounded by the server's clock (timed_seconds). New answers are then checked (app.labelling.quality),
+    which may pause the annotator."""
     question_ids = [answer.question_id for answer in answers]
     if len(set(question_ids)) != len(question_ids):
         raise InvalidInput("each question may be answered once per submission")
@@ -85,6 +86,7 @@ def submit_answers(
     questions = {row.id: _Votes.of(row) for row in rows}
     now = utcnow()
     new_votes, gold_answers, counted, already_decided = [], [], [], []
+    claimed: list[float | None] = []
     for answer in answers:
         question = questions[answer.question_id]
         if question.my_answer is not None:
@@ -96,7 +98,8 @@ def submit_answers(
             continue
         question.my_answer = answer.answer
         vote = {"question_id": question.id, "user_id": user.id, "answer": answer.answer, "created_at": now}
-        new_votes.append({**vote, "competition_id": competition.id, "seconds": answer.seconds})
+        new_votes.append({**vote, "competition_id": competition.id})
+        claimed.append(answer.seconds)
         if question.gold_answer is not None:
             gold_answers.append(vote)
         elif not user.votes_excluded:
@@ -108,6 +111,9 @@ def submit_answers(
         for question in questions.values()
     )
     annotators_needed = _annotators_needed(db_session, competition, questions, item.discarded, gold_answers)
+    elapsed = max(0.0, (now - rows[0].my_leased_at).total_seconds())
+    for vote, seconds in zip(new_votes, timed_seconds(claimed, elapsed), strict=True):
+        vote["seconds"] = seconds
     with pipelined(db_session):
         if new_votes:
             INSERT_VOTE.write(db_session, new_votes)
@@ -125,6 +131,20 @@ def submit_answers(
     recent = window() if window else []
     paused = check_answers(db_session, competition, user, now, recent, bool(gold_answers)) if recent else None
     return SubmitResult(len(new_votes), already_decided, item_done, paused, annotators_needed)
+
+
+def timed_seconds(claimed: Sequence[float | None], elapsed: float) -> list[float]:
+    """The seconds stored for a submission's new answers: what the client claims for each, the server's own
+    clock the upper bound. `elapsed` is the time since the image was handed to the annotator (or since their
+    last answer on it); an answer sent without seconds claims an equal share of it, and claims that add up to
+    more than `elapsed` are scaled down to add up to it: s_i = c_i · min(1, elapsed / Σ c)."""
+    if not claimed:
+        return []
+    share = elapsed / len(claimed)
+    claims = [share if seconds is None else seconds for seconds in claimed]
+    total = sum(claims)
+    scale = 1.0 if total <= elapsed else elapsed / total
+    return [seconds * scale for seconds in claims]
 
 
 def _annotators_needed(

@@ -5,6 +5,7 @@ from collections.abc import Sequence
 
 from sqlalchemy import Row, select
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import flag_modified
 
 from app.competitions.models import Competition
 from app.db.base import utcnow
@@ -28,6 +29,9 @@ def add_gold_questions(
     answers: Sequence[tuple[int, bool]],
 ) -> list[Question]:
     """Make (image, class) gold questions with known answers, which are also their outcomes.
+
+    The outcome is always written, changed or not, so that the competition's data version moves (its trigger
+    fires on an UPDATE OF outcome): public reads hide gold images (app.labelling.results.image_withheld).
 
     A gold image must show at least two questions, as every image does (one pair asks two classes), or
     annotators could tell it apart: give two classes, or one on an image a pair already asks about.
@@ -67,6 +71,7 @@ def add_gold_questions(
         ).one()
         question.gold_answer = answer
         question.outcome = answer
+        flag_modified(question, "outcome")  # named in the UPDATE even when unchanged: see below
         question.decided_at = utcnow()
         questions.append(question)
     refresh_needed(db_session, settings, [item])

@@ -13,6 +13,7 @@ from app.db.session import SessionDep
 from app.errors import Forbidden
 from app.labelling.annotators import images_left
 from app.labelling.quality import paused_message, paused_reason
+from app.labelling.rules import too_difficult
 from app.users.auth import ANNOTATOR_ROLES, OptionalUser, page_user
 from app.users.models import User
 from app.web.templating import render
@@ -38,6 +39,7 @@ def label_page(request: Request, db_session: SessionDep, user: OptionalUser, com
         user=annotator,
         competition=competition,
         paused=paused,
+        flag_decides_alone=too_difficult(1, competition.panel_size),
         elsewhere=other_work(db_session, annotator, competition.id),
     )
 

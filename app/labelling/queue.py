@@ -5,8 +5,9 @@ votes it still needs; partly-voted images first, then round-robin over the pairs
 pair). Gold images are mixed in at random: each image handed out is a gold one with probability
 gold_rate, whatever came before, so that its place in an annotator's sequence says nothing about it (a
 schedule by counts, "gold once every n answers", told annotators which images were gold); and an
-annotator with nothing else left to do is given the gold images they have not answered. The statements
-are app.labelling.statements.
+annotator with nothing else left to do is given the gold images they have not answered, then the images
+they skipped, gold ones alike (skipping must neither find gold images nor dodge them). The statements are
+app.labelling.statements.
 """
 
 import random
@@ -96,14 +97,15 @@ def next_item(
         presented = _lease_head(db_session, competition, user, now, QUEUE_HEAD, [])
     if presented is None and competition.gold_rate > 0:
         presented = _lease_gold(db_session, competition, user, now)
+    skipped = {**who, "gold_mixed_in": competition.gold_rate > 0}
     if presented is None:
         skipped_not_now = [] if not_now is None else [not_now]
-        presented = _lease_head(db_session, competition, user, now, SKIPPED_HEAD, skipped_not_now)
+        presented = _lease_head(db_session, competition, user, now, SKIPPED_HEAD, skipped_not_now, skipped)
     if presented is not None:
         return NextItem(presented, "item")
     if db_session.scalar(ANY_OPEN_FOR_USER, who):
         return NextItem(None, "busy")
-    return NextItem(None, "skipped" if db_session.scalar(ANY_SKIPPED_FOR_USER, who) else "finished")
+    return NextItem(None, "skipped" if db_session.scalar(ANY_SKIPPED_FOR_USER, skipped) else "finished")
 
 
 def _lease_head(
@@ -113,10 +115,11 @@ def _lease_head(
     now: datetime,
     head: HotStatement,
     rejected: list[int],
+    parameters: dict | None = None,
 ) -> PresentedItem | None:
-    """Lease the first item `head` finds (not one of `rejected`) that still has a question and a free lease
-    slot for the annotator, trying a few in turn; None when there is none."""
-    who = {"competition_id": competition.id, "user_id": user.id, "now": now}
+    """Lease the first item `head` finds (not one of `rejected`; with these further parameters) that still
+    has a question and a free lease slot for the annotator, trying a few in turn; None when there is none."""
+    who = {"competition_id": competition.id, "user_id": user.id, "now": now, **(parameters or {})}
     for _ in range(MAX_LEASE_ATTEMPTS):
         rows = head.rows(db_session, {**who, "rejected": rejected})
         if not rows:
@@ -158,7 +161,8 @@ def present(
 ) -> PresentedItem | None:
     """Lease an item to the annotator with their pending questions in random order; None when nothing is
     left for them on it (the item is then marked done for them) or, if capped, when other annotators'
-    running leases already match the votes it needs (counted afresh: the item row is locked by now)."""
+    running leases already match the votes it needs (counted afresh: the item row is locked by now; an item
+    that needs no votes but has questions for them has only gold ones, handed to everyone)."""
     pending = pending_questions(
         db_session,
         competition_id=competition.id,
@@ -171,7 +175,7 @@ def present(
     if not pending:
         set_assignment(db_session, item_id, user.id, AssignmentStatus.done, now)
         return None
-    if capped and pending[0].leases_of_others >= pending[0].needed:
+    if capped and pending[0].leases_of_others >= pending[0].needed > 0:
         return None
     random.shuffle(pending)
     pending.sort(key=lambda question: question.id != first_question_id)

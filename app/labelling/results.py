@@ -9,7 +9,7 @@ from collections.abc import Collection
 from types import SimpleNamespace
 
 import numpy as np
-from sqlalchemy import Exists, Select, and_, exists, func, select
+from sqlalchemy import Exists, Select, and_, exists, func, or_, select
 from sqlalchemy.orm import Session, aliased
 
 from app.competitions.models import Competition
@@ -37,12 +37,14 @@ def question_of_pair_image(question, label_column):
     )
 
 
-def image_has_open_question(competition_id: int) -> Exists:
-    """The pair image's image has a question without an outcome (still asked, or open when discarded)."""
+def image_withheld(competition_id: int) -> Exists:
+    """The pair image's image is not shown on public pages: it has a question without an outcome (still
+    asked, or open when discarded), or a gold question (handed to every annotator who has not answered it,
+    so listing it with its outcome would tell them it is gold, and its answer)."""
     return exists().where(
         Question.competition_id == competition_id,
         Question.image_id == PairImage.image_id,
-        Question.outcome.is_(None),
+        or_(Question.outcome.is_(None), Question.gold_answer.is_not(None)),
     )
 
 

@@ -148,15 +148,16 @@ def _lease_next(db_session: Session, call: LabellingCall, not_now: int | None = 
 async def submit_answers(
     body: AnswersCreate, db_session: SessionDep, labelling: LabellingRequestDep
 ) -> AnswersRead:
-    """Store yes/no answers with the seconds each took. A question is decided once a strict majority of the
-    panel agrees (3 of 5) and is then asked no more; answers to questions decided meanwhile are listed in
-    `already_decided` and not stored. Sending a stored answer again is a no-op; changing one needs undo
-    (409). Only an image given to the caller (by …/next or …/undo, even if the lease has run out since) can
-    be answered, and not one they flagged: 409 otherwise. With `"next": true` the response also carries the
-    next image, leased as by POST …/next. The answers are then checked: when the caller's accuracy on gold
-    questions falls below the competition's threshold, `paused` says why and every further labelling
-    request of theirs in this competition is refused (403) until an admin decides; a streak of very fast
-    answers or a long run of one answer is flagged for an admin to review."""
+    """Store yes/no answers with the seconds each took (bounded by the server's clock: the time since the
+    image was handed out, or since the last answer on it, shared among them). A question is decided once a
+    strict majority of the panel agrees (3 of 5) and is then asked no more; answers to questions decided
+    meanwhile are listed in `already_decided` and not stored. Sending a stored answer again is a no-op;
+    changing one needs undo (409). Only an image given to the caller (by …/next or …/undo, even if the lease
+    has run out since) can be answered, and not one they flagged: 409 otherwise. With `"next": true` the
+    response also carries the next image, leased as by POST …/next. The answers are then checked: when the
+    caller's accuracy on gold questions falls below the competition's threshold, `paused` says why and every
+    further labelling request of theirs in this competition is refused (403) until an admin decides; a streak
+    of very fast answers or a long run of one answer is flagged for an admin to review."""
 
     def answer(call: LabellingCall) -> AnswersRead:
         result = answers.submit_answers(
@@ -230,9 +231,9 @@ async def skip_image(
 )
 async def undo(db_session: SessionDep, labelling: LabellingRequestDep) -> UndoRead:
     """Take back the caller's latest answer (or flag) and lease its image again with the undone question
-    first. Up to ten steps back; 404 when there is nothing to undo, 409 past ten, when the panel has
-    already discarded a flagged image, or when another of the caller's requests changed their latest answer
-    meanwhile (try again)."""
+    first. A flag on an image the panel has already discarded stays: undo steps past it to the step before
+    (`flags_kept` counts those passed). Up to ten steps back; 404 when there is nothing to undo, 409 past ten
+    or when another of the caller's requests changed their latest answer meanwhile (try again)."""
 
     def take_back(call: LabellingCall) -> UndoRead:
         result = undo_last(db_session=db_session, competition=call.competition, user=call.labeller)
@@ -240,6 +241,7 @@ async def undo(db_session: SessionDep, labelling: LabellingRequestDep) -> UndoRe
             undone=result.undone,
             question_id=result.question_id,
             item=None if result.item is None else ItemRead.of(result.item),
+            flags_kept=result.flags_kept,
         )
 
     return await labelling.run(db_session, take_back)

@@ -89,7 +89,14 @@ class AnswerCreate(BaseModel):
 
     question_id: int
     answer: bool = Field(description="True: yes, the image contains this class.")
-    seconds: float | None = Field(default=None, ge=0, le=86_400, description="Time taken to answer.")
+    seconds: float | None = Field(
+        default=None,
+        ge=0,
+        le=86_400,
+        description="Time taken to answer, as the client measured it. The server's clock bounds it: the "
+        "answers of one submission are credited at most the time since the image was handed out (or since "
+        "the last answer on it), shared in proportion to these seconds; left out, an equal share.",
+    )
 
 
 class AnswersCreate(BaseModel):
@@ -154,6 +161,10 @@ class UndoRead(BaseModel):
     undone: Literal["answer", "flag"]
     question_id: int | None = Field(description="The question whose answer was taken back (null for a flag).")
     item: ItemRead | None
+    flags_kept: int = Field(
+        description="The caller's flags after the step undone that stay: on images the panel has discarded "
+        "(a panel of one discards at each flag), which cannot be withdrawn, so undo steps past them."
+    )
 
 
 class MyStatsRead(BaseModel):

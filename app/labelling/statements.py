@@ -217,9 +217,19 @@ GOLD_IMAGE = (
 ANY_OPEN_FOR_USER = select(exists().where(*_OPEN_FOR_USER))
 """Whether any item is open for the annotator, leased to others or not."""
 
+_GOLD_FOR_USER = and_(
+    bindparam("gold_mixed_in", type_=Boolean),
+    exists().where(
+        _questions.c.competition_id == _items.c.competition_id,
+        _questions.c.image_id == _items.c.image_id,
+        _questions.c.gold_answer.is_not(None),
+        ~exists().where(_votes.c.question_id == _questions.c.id, _votes.c.user_id == bindparam("user_id")),
+    ),
+)
+"""The item has a gold question the annotator has not answered, and the competition mixes gold in."""
 _SKIPPED_BY_USER = (
     _items.c.competition_id == bindparam("competition_id"),
-    _items.c.needed > 0,
+    or_(_items.c.needed > 0, _GOLD_FOR_USER),
     _mine.c.item_id == _items.c.id,
     _mine.c.user_id == bindparam("user_id"),
     _mine.c.status == _SKIPPED,
@@ -229,17 +239,19 @@ SKIPPED_HEAD = HotStatement(
     .select_from(_items.join(_mine, _mine.c.item_id == _items.c.id))
     .where(
         *_SKIPPED_BY_USER,
-        _running_leases_of_others(_items.c.id) < _items.c.needed,
+        or_(_running_leases_of_others(_items.c.id) < _items.c.needed, _items.c.needed == 0),
         _items.c.id.not_in(bindparam("rejected", expanding=True)),
     )
     .order_by(_mine.c.leased_at)
     .limit(literal_column("1"))
     .with_for_update(skip_locked=True, of=_items)
 )
-"""The open item the annotator skipped longest ago with a free lease slot, locked, skipping locked ones:
-what the queue offers once nothing else is left for them."""
+"""The item the annotator skipped longest ago that is open with a free lease slot, or that has a gold question
+they have not answered (gold is handed to everyone, needing no slot), locked, skipping locked ones: what the
+queue offers once nothing else is left for them. A skipped gold image comes back as a skipped regular one
+does, so that skipping tells nothing and dodges no gold."""
 ANY_SKIPPED_FOR_USER = select(exists().where(*_SKIPPED_BY_USER))
-"""Whether an item the annotator skipped is still open."""
+"""Whether an item the annotator skipped is still open, or still has gold for them."""
 
 LOCK_ITEM_UNLESS_LOCKED = (
     select(_items.c.id, _items.c.image_id, _items.c.discarded)
@@ -371,6 +383,10 @@ IMAGE_QUESTIONS = HotStatement(
         .where(_assignments.c.item_id == bindparam("item_id"), _assignments.c.user_id == bindparam("user_id"))
         .scalar_subquery()
         .label("my_status"),
+        select(_assignments.c.leased_at)
+        .where(_assignments.c.item_id == bindparam("item_id"), _assignments.c.user_id == bindparam("user_id"))
+        .scalar_subquery()
+        .label("my_leased_at"),
     )
     .select_from(
         _questions.outerjoin(
@@ -383,7 +399,8 @@ IMAGE_QUESTIONS = HotStatement(
     )
 )
 """Every question of an image with its counted votes and the annotator's own answer, if any (and how far
-they have undone, and their assignment's status on the item)."""
+they have undone, and their assignment's status on the item and when it was last handed to them or
+answered: the server's clock for the seconds of their answers)."""
 GOLD_VOTE_COUNTS = (
     select(_votes.c.question_id, _votes.c.answer, func.count().label("votes"))
     .where(_votes.c.question_id.in_(bindparam("question_ids", expanding=True)))

@@ -14,7 +14,8 @@ PairEntry = tuple[int, float, int, int, float, float]
 
 @dataclass(frozen=True)
 class Answer:
-    """One annotator's yes/no answer to one question and the seconds it took."""
+    """One annotator's yes/no answer to one question and the seconds it took, as the client claims them (None:
+    not sent; the server's clock bounds them, answers.timed_seconds)."""
 
     question_id: int
     answer: bool
@@ -71,11 +72,13 @@ class SubmitResult:
 
 @dataclass(frozen=True)
 class UndoResult:
-    """What undo took back (an answer to question_id, or a flag) and the item to answer again."""
+    """What undo took back (an answer to question_id, or a flag), the item to answer again, and how many
+    later flags of the annotator stay (on images the panel has discarded: undo stepped past them)."""
 
     undone: str
     question_id: int | None
     item: PresentedItem | None
+    flags_kept: int = 0
 
 
 @dataclass(frozen=True)

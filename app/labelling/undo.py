@@ -1,6 +1,13 @@
-"""Undo: take back an annotator's latest answer or flag, up to ten steps below their highest point."""
+"""Undo: take back an annotator's latest answer or flag, up to ten steps below their highest point.
 
-from sqlalchemy import select
+A flag on an image the panel has discarded cannot be taken back (the image has left its pairs, their reserves
+are asked instead), so undo steps past it to the answer or flag before it and says so: with a panel of one
+every flag discards at once, and would otherwise block every earlier answer.
+"""
+
+from datetime import datetime
+
+from sqlalchemy import exists, func, select
 from sqlalchemy.orm import Session
 
 from app.db.base import utcnow
@@ -8,13 +15,17 @@ from app.db.statements import conflict_insert
 from app.errors import Conflict, NotFound
 from app.labelling import rules
 from app.labelling.items import lock_item, refresh_needed, set_assignment
-from app.labelling.models import AssignmentStatus, DifficultyFlag, Question, UndoDepth, Vote
+from app.labelling.models import AssignmentStatus, DifficultyFlag, LabelItem, Question, UndoDepth, Vote
 from app.labelling.queue import present
 from app.labelling.types import Labeller, LabellingSettings, UndoResult
 
+KEPT = "a flag on an image the panel has discarded stays (the image has left its pairs)"
+"""What undo says of the flags it steps past."""
+
 
 def undo_last(*, db_session: Session, competition: LabellingSettings, user: Labeller) -> UndoResult:
-    """Take back the annotator's latest answer or flag and lease its image again, that question first.
+    """Take back the annotator's latest answer or flag and lease its image again, that question first; flags
+    on images the panel has discarded stay and are stepped past (their number is in the result).
 
     Only the ten most recent stay editable: undo stops ten steps below the highest point reached. Locks
     as submit and flag do (the image's item, then the annotator's undo row), so they never deadlock; if the
@@ -22,7 +33,8 @@ def undo_last(*, db_session: Session, competition: LabellingSettings, user: Labe
     """
     latest = _latest_step(db_session, competition, user)
     if latest is None:
-        raise NotFound("there is nothing to undo")
+        kept = _flags_kept_since(db_session, competition, user, None)
+        raise NotFound(f"there is nothing to undo: {KEPT}" if kept else "there is nothing to undo")
     step, image_id = latest
     item = lock_item(db_session, competition, image_id)
     depth = _lock_undo_depth(db_session, competition, user)
@@ -31,9 +43,8 @@ def undo_last(*, db_session: Session, competition: LabellingSettings, user: Labe
     if _latest_step(db_session, competition, user) != latest:
         raise Conflict("your answers changed while undoing (another request?); try again")
     now = utcnow()
+    flags_kept = _flags_kept_since(db_session, competition, user, step.created_at)
     if isinstance(step, DifficultyFlag):
-        if item.discarded:
-            raise Conflict("the panel has already discarded this image, so the flag stays")
         db_session.delete(step)
         if not user.votes_excluded:
             item.flags -= 1
@@ -59,13 +70,37 @@ def undo_last(*, db_session: Session, competition: LabellingSettings, user: Labe
         now,
         first_question_id=first_question_id,
     )
-    return UndoResult(undone, first_question_id, presented)
+    return UndoResult(undone, first_question_id, presented, flags_kept)
+
+
+def _on_discarded_image(competition: LabellingSettings):
+    """Whether a difficulty flag's image was discarded by the panel (its flag can no longer be withdrawn)."""
+    return exists().where(
+        LabelItem.competition_id == competition.id,
+        LabelItem.image_id == DifficultyFlag.image_id,
+        LabelItem.discarded,
+    )
+
+
+def _flags_kept_since(
+    db_session: Session, competition: LabellingSettings, user: Labeller, since: datetime | None
+) -> int:
+    """How many of the annotator's flags on discarded images came after `since` (all of them if None)."""
+    query = select(func.count()).where(
+        DifficultyFlag.competition_id == competition.id,
+        DifficultyFlag.user_id == user.id,
+        _on_discarded_image(competition),
+    )
+    if since is not None:
+        query = query.where(DifficultyFlag.created_at > since)
+    return db_session.scalar(query) or 0
 
 
 def _latest_step(
     db_session: Session, competition: LabellingSettings, user: Labeller
 ) -> tuple[Vote | DifficultyFlag, int] | None:
-    """The annotator's latest answer or flag in the competition with its image id; None if neither."""
+    """The annotator's latest answer or flag in the competition with its image id, flags on discarded images
+    left out; None if neither."""
     vote = db_session.execute(
         select(Vote, Question.image_id)
         .join(Question, Question.id == Vote.question_id)
@@ -75,7 +110,11 @@ def _latest_step(
     ).first()
     flag = db_session.scalar(
         select(DifficultyFlag)
-        .where(DifficultyFlag.competition_id == competition.id, DifficultyFlag.user_id == user.id)
+        .where(
+            DifficultyFlag.competition_id == competition.id,
+            DifficultyFlag.user_id == user.id,
+            ~_on_discarded_image(competition),
+        )
         .order_by(DifficultyFlag.created_at.desc(), DifficultyFlag.id.desc())
         .limit(1)
     )

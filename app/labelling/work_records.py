@@ -1,11 +1,11 @@
 """Work records for paying annotators: per annotator and UTC day, their answers, active time and accuracy on
 gold questions, over all competitions or one.
 
-Active time is the sum of the seconds each answer took (the labelling page measures from showing a question to
-its answer), each capped at ACTIVE_SECONDS_CAP: a longer wait was the annotator away from the screen, not
-working, so it counts as the cap. An answer sent without its seconds (an API client may leave them out) adds
-no time. Answers are the votes that stand: an undone answer is gone, and its replacement counts on its own
-day.
+Active time is the sum of the seconds each answer took, each capped at ACTIVE_SECONDS_CAP: a longer wait was
+the annotator away from the screen, not working, so it counts as the cap. The seconds stored are the server's
+clock's, which the client's figures (the labelling page measures from showing a question to its answer) can
+only lower (app.labelling.answers.timed_seconds). Answers are the votes that stand: an undone answer is gone,
+and its replacement counts on its own day.
 Gold accuracy counts each first answer to a gold question on the day it was given (as the admins' annotator
 statistics do, app.labelling.annotators).
 """

@@ -7,13 +7,22 @@ answer in both rankings.
 """
 
 import math
+from collections import Counter
+from dataclasses import dataclass
 
 import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.competitions.models import Competition
-from app.core.agreement import Votes, alpha_against_others, dawid_skene, nominal_alpha, reliability_matrix
+from app.core.agreement import (
+    DawidSkene,
+    Votes,
+    alpha_against_others,
+    dawid_skene,
+    nominal_alpha,
+    reliability_matrix,
+)
 from app.core.analysis import srcc
 from app.core.ranking import count_outcomes, rank_classifiers
 from app.labelling.models import Question, Vote
@@ -22,10 +31,19 @@ from app.leaderboard.schemas import AnnotatorReliabilityRead, QualityRead, Ranki
 from app.leaderboard.standings import finite_or_none, ranked_pairs
 from app.users.models import User
 
+MIN_ANSWERS_TO_AGREE = 2
+"""Answers a question needs before it says anything about agreement: one answer agrees with nothing."""
+
 
 def competition_quality(*, db_session: Session, competition: Competition) -> QualityRead:
     """Krippendorff's α over the questions and per annotator, Dawid–Skene reliabilities, and the MAD ranking
-    from majority outcomes beside the one from Dawid–Skene labels with the SRCC between them."""
+    from majority outcomes beside the one from Dawid–Skene labels with the SRCC between them.
+
+    Agreement is measured only where two or more annotators answered a question (`shared` questions): one
+    answer agrees with nothing, and Dawid–Skene fitted to lone answers estimates nothing but its own start.
+    Without a shared question every figure is missing and `needs_more` says why; an annotator with no answer
+    on one has no estimates.
+    """
     rows = db_session.execute(
         select(Vote.question_id, Vote.user_id, Vote.answer, Question.outcome, User.username)
         .join(Question, Question.id == Vote.question_id)
@@ -35,48 +53,109 @@ def competition_quality(*, db_session: Session, competition: Competition) -> Qua
         )
         .order_by(Vote.question_id, Vote.user_id)
     ).all()
-    question_ids = sorted({row.question_id for row in rows})
+    answers_to = Counter(row.question_id for row in rows)
+    shared_rows = [row for row in rows if answers_to[row.question_id] >= MIN_ANSWERS_TO_AGREE]
     users = dict(sorted({(row.user_id, row.username) for row in rows}))
-    question_index = {question_id: index for index, question_id in enumerate(question_ids)}
-    user_index = {user_id: index for index, user_id in enumerate(users)}
-    votes = Votes(
-        np.array([question_index[row.question_id] for row in rows], dtype=np.int64),
-        np.array([user_index[row.user_id] for row in rows], dtype=np.int64),
-        np.array([row.answer for row in rows], dtype=bool),
-        len(question_ids),
-        len(users),
+    answers, shared_answers = (
+        Counter(row.user_id for row in rows),
+        Counter(row.user_id for row in shared_rows),
     )
-    estimate = dawid_skene(votes)
-    outcomes = {row.question_id: row.outcome for row in rows}
-    label_of = {question_id: bool(estimate.labels[index]) for question_id, index in question_index.items()}
-    alphas = alpha_against_others(votes)
-    answers = np.bincount(votes.annotator, minlength=votes.n_annotators)
-    rankings, correlation = _rankings(db_session, competition, label_of)
+    counts = {"competition_id": competition.id, "questions": len(answers_to), "votes": len(rows)}
+    if not shared_rows:
+        return QualityRead(
+            **counts,
+            questions_shared=0,
+            needs_more=_needs_more(len(answers_to)),
+            annotators=[
+                AnnotatorReliabilityRead(
+                    user_id=user_id, username=name, answers=answers[user_id], shared_answers=0
+                )
+                for user_id, name in users.items()
+            ],
+        )
+    estimates = _estimates(shared_rows, list(users))
+    outcome_of = {row.question_id: row.outcome for row in shared_rows}
+    rankings, correlation = _rankings(db_session, competition, estimates.label_of)
     return QualityRead(
-        competition_id=competition.id,
-        questions=votes.n_questions,
-        votes=len(rows),
-        alpha=finite_or_none(nominal_alpha(reliability_matrix(votes))),
-        dawid_skene_prior_yes=estimate.prior_yes,
-        dawid_skene_iterations=estimate.iterations,
+        **counts,
+        questions_shared=len(outcome_of),
+        alpha=estimates.alpha,
+        dawid_skene_prior_yes=estimates.dawid_skene.prior_yes,
+        dawid_skene_iterations=estimates.dawid_skene.iterations,
         labels_changed=sum(
-            outcome is not None and outcome != label_of[question_id]
-            for question_id, outcome in outcomes.items()
+            outcome is not None and outcome != estimates.label_of[question_id]
+            for question_id, outcome in outcome_of.items()
         ),
         annotators=[
-            AnnotatorReliabilityRead(
-                user_id=user_id,
-                username=username,
-                answers=int(answers[index]),
-                alpha_against_others=finite_or_none(float(alphas[index])),
-                dawid_skene_accuracy=float(estimate.accuracy[index]),
-                dawid_skene_sensitivity=float(estimate.sensitivity[index]),
-                dawid_skene_specificity=float(estimate.specificity[index]),
-            )
-            for index, (user_id, username) in enumerate(users.items())
+            _reliability(user_id, name, answers[user_id], shared_answers[user_id], estimates)
+            for user_id, name in users.items()
         ],
         rankings=rankings,
         srcc_majority_vs_dawid_skene=correlation,
+    )
+
+
+def _needs_more(questions: int) -> str:
+    """Why a competition's agreement is not measured yet: no question has two counted answers."""
+    return "Agreement needs at least two annotators per question: " + (
+        "there are no counted answers yet."
+        if questions == 0
+        else f"each of the {questions} question{'' if questions == 1 else 's'} answered so far has one "
+        "counted answer."
+    )
+
+
+@dataclass(frozen=True)
+class _Estimates:
+    """α and Dawid–Skene over the shared questions, indexed by annotator as `user_ids`."""
+
+    user_ids: list[int]
+    alpha: float | None
+    alphas: np.ndarray
+    dawid_skene: DawidSkene
+    label_of: dict[int, bool]
+
+
+def _estimates(shared_rows: list, user_ids: list[int]) -> _Estimates:
+    """Krippendorff's α (overall and per annotator against the others) and Dawid–Skene by EM, over the
+    votes on questions with two or more answers."""
+    question_ids = sorted({row.question_id for row in shared_rows})
+    question_index = {question_id: index for index, question_id in enumerate(question_ids)}
+    user_index = {user_id: index for index, user_id in enumerate(user_ids)}
+    votes = Votes(
+        np.array([question_index[row.question_id] for row in shared_rows], dtype=np.int64),
+        np.array([user_index[row.user_id] for row in shared_rows], dtype=np.int64),
+        np.array([row.answer for row in shared_rows], dtype=bool),
+        len(question_ids),
+        len(user_ids),
+    )
+    estimate = dawid_skene(votes)
+    return _Estimates(
+        user_ids,
+        finite_or_none(nominal_alpha(reliability_matrix(votes))),
+        alpha_against_others(votes),
+        estimate,
+        {question_id: bool(estimate.labels[index]) for question_id, index in question_index.items()},
+    )
+
+
+def _reliability(
+    user_id: int, username: str, answers: int, shared: int, estimates: _Estimates
+) -> AnnotatorReliabilityRead:
+    """One annotator's row: their estimates, or none without an answer on a shared question."""
+    if shared == 0:
+        return AnnotatorReliabilityRead(user_id=user_id, username=username, answers=answers, shared_answers=0)
+    index = estimates.user_ids.index(user_id)
+    estimate = estimates.dawid_skene
+    return AnnotatorReliabilityRead(
+        user_id=user_id,
+        username=username,
+        answers=answers,
+        shared_answers=shared,
+        alpha_against_others=finite_or_none(float(estimates.alphas[index])),
+        dawid_skene_accuracy=float(estimate.accuracy[index]),
+        dawid_skene_sensitivity=float(estimate.sensitivity[index]),
+        dawid_skene_specificity=float(estimate.specificity[index]),
     )
 
 

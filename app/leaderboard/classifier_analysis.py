@@ -22,7 +22,7 @@ from app.core.analysis import (
 from app.images.models import CompetitionImage, Image
 from app.images.service import competition_image_count
 from app.labelling.models import PairImage, PairImageRole, PairSubset, Question
-from app.labelling.results import image_has_open_question, question_of_pair_image
+from app.labelling.results import image_withheld, question_of_pair_image
 from app.leaderboard.schemas import (
     ClassifierAnalysisRead,
     ClassifierRef,
@@ -91,9 +91,9 @@ def classifier_analysis(
 def _own_predictions(
     db_session: Session, competition: Competition, classifier: Classifier
 ) -> list[OwnPrediction]:
-    """Its prediction on each image selected by one of its pairs with no open question left (see
-    pair_gallery: predictions are public once an image is decided), each image once, in pair and selection
-    order."""
+    """Its prediction on each image selected by one of its pairs with no open question left and no gold
+    question (see pair_gallery: predictions are public once an image is decided, and never on a gold image),
+    each image once, in pair and selection order."""
     is_a = PairSubset.classifier_a_id == classifier.id
     question = aliased(Question)
     rows = db_session.execute(
@@ -120,7 +120,7 @@ def _own_predictions(
             PairSubset.competition_id == competition.id,
             (PairSubset.classifier_a_id == classifier.id) | (PairSubset.classifier_b_id == classifier.id),
             PairImage.role == PairImageRole.selected,
-            ~image_has_open_question(competition.id),
+            ~image_withheld(competition.id),
         )
         .order_by(PairSubset.id, PairImage.position)
     ).all()

@@ -9,16 +9,17 @@ from app.competitions.models import Competition
 from app.errors import NotFound
 from app.images.models import Image
 from app.labelling.models import PairImage, PairImageRole, PairSubset
-from app.labelling.results import QUESTION_A, QUESTION_B, image_has_open_question, with_pair_questions
+from app.labelling.results import QUESTION_A, QUESTION_B, image_withheld, with_pair_questions
 from app.leaderboard.schemas import ClassifierRef, GalleryImage, PairGalleryRead
 
 
 def pair_gallery(*, db_session: Session, competition: Competition, a_id: int, b_id: int) -> PairGalleryRead:
     """A pair's selected and discarded images in selection order, both predictions and their outcomes.
 
-    Only images with no open question are listed: a model's prediction on an image is public once every
-    question on the image is decided, so annotators cannot learn which model asked what (an image shared
-    with another pair would otherwise give the other pair's open question away). The counts of labelled
+    Only images with no open question and no gold question are listed (results.image_withheld): a model's
+    prediction on an image is public once every question on the image is decided, so annotators cannot
+    learn which model asked what (an image shared with another pair would otherwise give the other pair's
+    open question away), and never on a gold image, which annotators are still handed. The counts of labelled
     and correct images cover every selected image whose two questions are decided, as the leaderboard does.
     """
     a_id, b_id = min(a_id, b_id), max(a_id, b_id)
@@ -38,7 +39,7 @@ def pair_gallery(*, db_session: Session, competition: Competition, a_id: int, b_
                 Image.sha256,
                 QUESTION_A.outcome,
                 QUESTION_B.outcome,
-                image_has_open_question(competition.id),
+                image_withheld(competition.id),
             )
             .join(PairSubset, PairSubset.id == PairImage.subset_id)
             .join(Image, Image.id == PairImage.image_id),
@@ -50,14 +51,14 @@ def pair_gallery(*, db_session: Session, competition: Competition, a_id: int, b_
     names = competition.class_names
     images: dict[PairImageRole, list[GalleryImage]] = {role: [] for role in PairImageRole}
     labelled = withheld = reserve = correct_a = correct_b = 0
-    for pair_image, sha256, right_a, right_b, still_open in rows:
+    for pair_image, sha256, right_a, right_b, withheld_image in rows:
         decided = right_a is not None and right_b is not None
         if pair_image.role == PairImageRole.selected and decided:
             labelled, correct_a, correct_b = labelled + 1, correct_a + right_a, correct_b + right_b
         if pair_image.role == PairImageRole.reserve:
             reserve += 1
             continue
-        if still_open:
+        if withheld_image:
             withheld += pair_image.role == PairImageRole.selected
             continue
         images[pair_image.role].append(

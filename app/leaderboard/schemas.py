@@ -192,11 +192,14 @@ class PairGalleryRead(BaseModel):
     competition_id: int
     classifier_a: ClassifierRef
     classifier_b: ClassifierRef
-    selected: list[GalleryImage] = Field(description="Selected images with no open question, in order.")
+    selected: list[GalleryImage] = Field(
+        description="Selected images with no open question and no gold question, in order."
+    )
     discarded: list[GalleryImage]
     withheld: int = Field(
-        description="Selected images not listed yet: a question on them is open (predictions are shown once "
-        "every question on an image is decided, so annotators cannot tell which model asked what)."
+        description="Selected images not listed: a question on them is open, or they have a gold question "
+        "(predictions are shown once every question on an image is decided, so annotators cannot tell which "
+        "model asked what; never on gold images, which annotators are still handed)."
     )
     reserve: int = Field(description="Images waiting in reserve to replace discarded ones.")
     labelled: int
@@ -243,7 +246,8 @@ class ClassifierAnalysisRead(BaseModel):
     status: ClassifierStatus
     labelled_predictions: int = Field(
         description="Images of its pairs whose question on its own label is decided and that have no open "
-        "question (a prediction is public once its image is decided)."
+        "question and no gold question (a prediction is public once its image is decided, never on a gold "
+        "image)."
     )
     worst_classes: list[GroupPrecisionRead]
     worst_superclasses: list[GroupPrecisionRead]
@@ -255,18 +259,31 @@ class ClassifierAnalysisRead(BaseModel):
 
 class AnnotatorReliabilityRead(BaseModel):
     """One annotator's agreement with the panel and Dawid–Skene reliability, over their counted answers to
-    the competition's questions (gold questions left out)."""
+    the competition's questions that another annotator answered too (gold questions left out)."""
 
     user_id: int
     username: str
-    answers: int
-    alpha_against_others: float | None = Field(
-        description="Krippendorff's α between their answers and the majority of the other answers to the "
-        "same questions (ties left out); null when undefined."
+    answers: int = Field(description="Their counted answers.")
+    shared_answers: int = Field(
+        description="Those on questions with two or more counted answers: what their estimates rest on "
+        "(none: no estimates)."
     )
-    dawid_skene_accuracy: float = Field(description="π·sensitivity + (1 − π)·specificity.")
-    dawid_skene_sensitivity: float = Field(description="Estimated P(they answer yes | the answer is yes).")
-    dawid_skene_specificity: float = Field(description="Estimated P(they answer no | the answer is no).")
+    alpha_against_others: float | None = Field(
+        default=None,
+        description="Krippendorff's α between their answers and the majority of the other answers to the "
+        "same questions (ties left out); null when undefined.",
+    )
+    dawid_skene_accuracy: float | None = Field(
+        default=None, description="π·sensitivity + (1 − π)·specificity; null without shared answers."
+    )
+    dawid_skene_sensitivity: float | None = Field(
+        default=None,
+        description="Estimated P(they answer yes | the answer is yes); null without shared answers.",
+    )
+    dawid_skene_specificity: float | None = Field(
+        default=None,
+        description="Estimated P(they answer no | the answer is no); null without shared answers.",
+    )
 
 
 class RankingComparisonRead(BaseModel):
@@ -285,19 +302,39 @@ class QualityRead(BaseModel):
 
     competition_id: int
     questions: int = Field(description="Questions with a counted vote (gold questions left out).")
-    votes: int = Field(description="Counted votes on them (annotators whose votes are excluded left out).")
-    alpha: float | None = Field(
-        description="Krippendorff's α (nominal) over the questions with two or more counted votes; 1 is "
-        "perfect agreement, 0 what chance gives; null when undefined."
+    questions_shared: int = Field(
+        description="Those with two or more counted votes: the only ones agreement and Dawid–Skene are "
+        "measured on (one answer agrees with nothing)."
     )
-    dawid_skene_prior_yes: float = Field(description="Dawid–Skene estimate of the share of yes answers.")
-    dawid_skene_iterations: int
-    labels_changed: int = Field(
-        description="Decided questions whose Dawid–Skene label differs from the panel's majority outcome."
+    votes: int = Field(description="Counted votes on them (annotators whose votes are excluded left out).")
+    needs_more: str | None = Field(
+        default=None,
+        description="Why there are no agreement figures (no question has two counted answers yet: agreement "
+        "needs at least two annotators per question); null when there are.",
+    )
+    alpha: float | None = Field(
+        default=None,
+        description="Krippendorff's α (nominal) over the questions with two or more counted votes; 1 is "
+        "perfect agreement, 0 what chance gives; null when undefined.",
+    )
+    dawid_skene_prior_yes: float | None = Field(
+        default=None,
+        description="Dawid–Skene estimate of the share of yes answers (over the shared questions).",
+    )
+    dawid_skene_iterations: int | None = None
+    labels_changed: int | None = Field(
+        default=None,
+        description="Decided shared questions whose Dawid–Skene label differs from the panel's majority "
+        "outcome.",
     )
     annotators: list[AnnotatorReliabilityRead]
-    rankings: list[RankingComparisonRead]
+    rankings: list[RankingComparisonRead] = Field(
+        default=[],
+        description="Each ranked classifier's rank from majority outcomes and from Dawid–Skene labels "
+        "(shared questions relabelled, the others keep their outcome); empty without agreement figures.",
+    )
     srcc_majority_vs_dawid_skene: float | None = Field(
+        default=None,
         description="Spearman's ρ between the MAD scores from majority outcomes and from Dawid–Skene labels "
-        "(classifiers with labelled images); null when undefined."
+        "(classifiers with labelled images); null when undefined.",
     )

@@ -70,3 +70,21 @@ def test_agreement_dawid_skene_finds_the_careless_annotator_and_beats_the_majori
     assert np.all(alphas[:5] > 0.4) and np.all(alphas[5:] < 0.1), alphas
     matrix = reliability_matrix(votes)
     assert matrix.shape == (7, 400) and np.all((~np.isnan(matrix)).sum(axis=0) == 5)
+
+
+def test_agreement_dawid_skene_keeps_what_every_annotator_agreed_on_at_any_sample_size():
+    """Issue 25, item 14: on a few shared questions EM drifted to everyone being as bad as chance and every
+    question of one class, relabelling questions all annotators answered alike (two annotators, four
+    questions, one unanimous yes: relabelled no)."""
+    two_on_four = Votes(
+        np.repeat(np.arange(4), 2), np.tile([0, 1], 4), np.repeat([True, False, False, False], 2), 4, 2
+    )
+    assert dawid_skene(two_on_four).labels.tolist() == [True, False, False, False]
+    rng = np.random.default_rng(5)
+    for per_question in (2, 3):
+        for n_questions in (4, 8, 12, 20, 30):
+            for _ in range(40):
+                votes, _truth = simulated_votes(rng, [0.85] * per_question, n_questions, per_question)
+                yes = np.bincount(votes.question, weights=votes.answer, minlength=n_questions)
+                labels = dawid_skene(votes).labels
+                assert np.all(labels[yes == per_question]) and not np.any(labels[yes == 0])

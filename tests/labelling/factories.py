@@ -2,6 +2,7 @@
 
 import hashlib
 import re
+from datetime import timedelta
 from itertools import combinations
 
 from sqlalchemy import func, select
@@ -13,7 +14,7 @@ from app.competitions.models import Competition
 from app.images.models import CompetitionImage, Image
 from app.images.store import ImageStore
 from app.labelling.answers import submit_answers
-from app.labelling.models import PairSubset
+from app.labelling.models import Assignment, AssignmentStatus, PairSubset
 from app.labelling.queue import next_item
 from app.labelling.subsets import store_pair_subset
 from app.labelling.types import Answer, PairEntry, PresentedItem
@@ -123,6 +124,35 @@ def answer_next(
         )
         db_session.commit()
     return item
+
+
+class LabellingCalls:
+    """One caller's labelling API through a test client, each call answered 200."""
+
+    def __init__(self, client, competition_id: int, headers: dict[str, str]):
+        self.client, self.headers = client, headers
+        self.path = f"/api/v1/competitions/{competition_id}/labelling"
+
+    def post(self, path: str, body: dict | None = None) -> dict:
+        """POST …/labelling/{path} with this JSON body; the response's JSON."""
+        response = self.client.post(f"{self.path}/{path}", json=body, headers=self.headers)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def me(self) -> dict:
+        """GET …/labelling/me."""
+        response = self.client.get(f"{self.path}/me", headers=self.headers)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+
+def let_time_pass(db_session: Session, seconds: float) -> None:
+    """The annotators look at the images leased to them for `seconds`: each running lease's hand-out time
+    moves back by that much (the server's clock bounds the seconds an answer is credited)."""
+    leases = db_session.scalars(select(Assignment).where(Assignment.status == AssignmentStatus.leased)).all()
+    for lease in leases:
+        lease.leased_at -= timedelta(seconds=seconds)
+    db_session.commit()
 
 
 def users_with_tokens(

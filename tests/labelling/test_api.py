@@ -11,7 +11,7 @@ from app.images.models import Image
 from app.labelling.models import Assignment, AssignmentStatus, DifficultyFlag, LabelItem, Question, Vote
 from app.users.models import Role
 from tests.conftest import TEST_PASSWORD, bearer, make_user
-from tests.labelling.factories import add_images, labelling_competition
+from tests.labelling.factories import add_images, labelling_competition, let_time_pass
 
 
 @pytest.fixture
@@ -122,6 +122,7 @@ def test_no_response_names_a_classifier(client, db_session, labelling, annotator
 
 def test_the_seconds_taken_are_stored(client, db_session, labelling, annotator_headers):
     item = client.post(f"{labelling}/next", headers=annotator_headers).json()["item"]
+    let_time_pass(db_session, 10.0)  # the server's clock allows the seconds claimed
     answers = [{"question_id": q["question_id"], "answer": True, "seconds": 3.5} for q in item["questions"]]
     client.post(f"{labelling}/answers", json={"answers": answers}, headers=annotator_headers)
     assert db_session.scalars(select(Vote.seconds)).all() == [3.5, 3.5]
@@ -205,6 +206,7 @@ def test_admins_add_gold_and_see_each_annotators_accuracy(
     gold_ids = sorted(g["question_id"] for g in gold)
     for _ in range(7):  # gold comes at random, or once nothing else is left: by the seventh image at last
         item = client.post(f"{labelling}/next", headers=annotator_headers).json()["item"]
+        let_time_pass(db_session, 5.0)
         answers = [
             {"question_id": q["question_id"], "answer": True, "seconds": 2.0} for q in item["questions"]
         ]

@@ -16,7 +16,7 @@ from app.images.models import Image
 from app.labelling.queue import next_item
 from app.users.models import Role
 from tests.conftest import make_user
-from tests.labelling.factories import add_images, labelling_competition
+from tests.labelling.factories import LabellingCalls, add_images, labelling_competition
 
 GOLD_IMAGES = 5
 GOLD_ANSWERS = [{"class_index": 3, "answer": True}, {"class_index": 4, "answer": False}]
@@ -60,16 +60,8 @@ def test_me_does_not_tell_gold_images_apart_and_undo_does_not_repair_a_gold_scor
     labelling_competition(db_session, competition, classifiers=3, images_per_pair=3)  # 6 regular images
     gold_hashes = add_gold_images(client, db_session, competition, admin_headers, GOLD_IMAGES)
     labelling = f"/api/v1/competitions/{competition.id}/labelling"
-
-    def post(path: str, body: dict | None = None) -> dict:
-        response = client.post(f"{labelling}/{path}", json=body, headers=annotator_headers)
-        assert response.status_code == 200, response.text
-        return response.json()
-
-    def me() -> dict:
-        response = client.get(f"{labelling}/me", headers=annotator_headers)
-        assert response.status_code == 200, response.text
-        return response.json()
+    calls = LabellingCalls(client, competition.id, annotator_headers)
+    post, me = calls.post, calls.me
 
     right = {competition.class_names[gold["class_index"]]: gold["answer"] for gold in GOLD_ANSWERS}
     changes: dict[bool, set[tuple]] = {True: set(), False: set()}

@@ -10,7 +10,7 @@ from app.images.models import Image
 from app.labelling.models import QualityFlag, Question
 from app.users.models import Role, User
 from tests.conftest import bearer, make_user
-from tests.labelling.factories import add_images, labelling_competition, sign_in
+from tests.labelling.factories import add_images, labelling_competition, let_time_pass, sign_in
 
 GOLD_ANSWERS = [{"class_index": 3, "answer": True}, {"class_index": 4, "answer": False}]
 """Each gold image's two questions: always "yes" is right once in two."""
@@ -71,6 +71,7 @@ def test_quality_careless_annotator_is_paused_before_their_50th_answer_and_told_
             item = following.json()["item"]
             if item is None:
                 continue
+            let_time_pass(db_session, 6)
             answers = [  # careless: always "yes"; careful: right on gold, elsewhere "yes" then "no"
                 {"question_id": q["question_id"], "answer": known.get(q["question_id"], i == 0), "seconds": 3}
                 if user is careful
@@ -125,6 +126,7 @@ def answer_items(db_session, competition, user, count: int, answer, seconds) -> 
     for number in range(count):
         item = next_item(db_session=db_session, competition=competition, user=user).item
         assert item is not None
+        let_time_pass(db_session, seconds(number) * len(item.questions))
         given = [
             Answer(q.question_id, answer(number, i), seconds(number)) for i, q in enumerate(item.questions)
         ]
@@ -177,6 +179,35 @@ def test_quality_fast_streaks_and_long_runs_are_flagged_and_excluding_re_decides
     assert sum(db_session.scalars(voted)) == no_votes_before - 26
     flag = db_session.get(QualityFlag, run_flags[0]["id"])
     assert flag.decision == "excluded" and flag.decided_at is not None
+
+
+def test_quality_fast_answers_are_timed_by_the_servers_clock(client, db_session, competition, admin_headers):
+    """Issue 25, item 3: leaving `seconds` out, or claiming more than passed, does not hide a fast streak."""
+    competition.k = 10
+    labelling_competition(db_session, competition, classifiers=4, images_per_pair=10)  # 60 images
+    labelling = f"/api/v1/competitions/{competition.id}/labelling"
+    quick = make_user(db_session, "quick", Role.annotator)
+    headers = bearer(db_session, quick)
+
+    def answer_one(looked: float, claimed: dict) -> None:
+        item = client.post(f"{labelling}/next", headers=headers).json()["item"]
+        let_time_pass(db_session, looked)
+        answers = [
+            {"question_id": q["question_id"], "answer": i == 0, **claimed}
+            for i, q in enumerate(item["questions"])
+        ]
+        assert (
+            client.post(f"{labelling}/answers", json={"answers": answers}, headers=headers).status_code == 200
+        )
+
+    for _ in range(20):  # 40 answers at 15 s each by the server's clock, no seconds sent
+        answer_one(30.0, {})
+    assert flags(client, competition, admin_headers) == []
+    for number in range(5):  # 10 answers at once: some sent without seconds, some claiming 15 s
+        answer_one(0.0, {} if number % 2 else {"seconds": 15.0})
+    raised = flags(client, competition, admin_headers)
+    assert [(flag["kind"], flag["username"]) for flag in raised] == [("fast", "quick")]
+    assert re.search(r"this annotator's median is 15\.\d s", raised[0]["detail"])
 
 
 def test_quality_settings_are_validated_and_flags_are_for_admins(

@@ -4,6 +4,7 @@ capped) and gold accuracy, as JSON and CSV from the API and on the admin page, o
 import csv
 import io
 import re
+import time
 from collections import defaultdict
 from datetime import UTC, date, timedelta
 
@@ -17,10 +18,18 @@ from app.labelling.models import GoldAnswer, Question, Vote
 from app.labelling.work_records import ACTIVE_SECONDS_CAP
 from app.users.models import Role, User
 from tests.conftest import TEST_PASSWORD, bearer, make_user
-from tests.labelling.factories import add_classifiers, add_images, labelling_competition, store_pair
+from tests.labelling.factories import (
+    add_classifiers,
+    add_images,
+    labelling_competition,
+    let_time_pass,
+    store_pair,
+)
 
 SECONDS = {"alice": [[1.5, 200.0], [None, 3.0]], "@mallory": [[10.0, 20.0]]}
 """What each annotator takes per question, image by image (None: an API client that sent no seconds)."""
+LOOKED = 300.0
+"""How long each image is on screen before it is answered, by the server's clock."""
 
 
 @pytest.fixture
@@ -37,9 +46,9 @@ def worked(client, db_session, competition):
     for name, images in SECONDS.items():
         headers = bearer(db_session, make_user(db_session, name, Role.annotator))
         for seconds in images:
-            answer(client, competition.id, headers, seconds)
+            answer(client, db_session, competition.id, headers, seconds)
         if name == "alice":
-            answer(client, other.id, headers, [5.0, 5.0])
+            answer(client, db_session, other.id, headers, [5.0, 5.0])
     alice = db_session.scalar(select(User).where(User.username == "alice"))
     first = db_session.scalars(
         select(Vote)
@@ -63,10 +72,12 @@ def worked(client, db_session, competition):
     return competition, other
 
 
-def answer(client, competition_id: int, headers: dict, seconds: list) -> None:
-    """Lease the next image and answer yes to its questions, taking these seconds."""
+def answer(client, db_session, competition_id: int, headers: dict, seconds: list) -> None:
+    """Lease the next image, look at it for LOOKED seconds, and answer yes to its questions, claiming these
+    seconds."""
     path = f"/api/v1/competitions/{competition_id}/labelling"
     item = client.post(f"{path}/next", headers=headers).json()["item"]
+    let_time_pass(db_session, LOOKED)
     answers = [
         {"question_id": question["question_id"], "answer": True} | ({} if took is None else {"seconds": took})
         for question, took in zip(item["questions"], seconds, strict=True)
@@ -121,7 +132,8 @@ def test_work_records_count_answers_capped_time_and_gold_per_day(client, db_sess
     assert alice_yesterday["active_seconds"] == pytest.approx(1.5 + ACTIVE_SECONDS_CAP)  # 200 s was idle
     assert (alice_yesterday["gold_answered"], alice_yesterday["gold_accuracy"]) == (2, 0.5)
     alice_today = next(r for r in rows if r["username"] == "alice" and r["day"] == str(today))
-    assert alice_today["active_seconds"] == pytest.approx(3.0 + 5.0 + 5.0)  # no seconds sent: no time
+    # no seconds sent: half the image's time on screen by the server's clock, over the cap
+    assert alice_today["active_seconds"] == pytest.approx(ACTIVE_SECONDS_CAP + 3.0 + 5.0 + 5.0)
     assert alice_today["gold_accuracy"] is None
 
     only_today = client.get(
@@ -181,3 +193,32 @@ def test_the_admin_page_shows_the_records_and_links_the_csv(client, worked, admi
     assert f"competition_id={competition.id}" in link and "format=csv" in link
     assert client.get(link).text.startswith("day,user_id,username,answers,active_seconds")
     assert client.get("/admin/work-records", params={"competition_id": 99_999}).status_code == 404
+
+
+def test_active_time_comes_from_the_servers_clock_not_the_clients_claim(client, db_session, competition):
+    """Issue 25, item 3: fourteen answers sent as fast as the client can, each claiming a minute, are credited
+    no more time than passed."""
+    competition.k = 2
+    labelling_competition(db_session, competition, classifiers=3, images_per_pair=3)  # 6 images
+    claimant = make_user(db_session, "claimant", Role.annotator)
+    headers = bearer(db_session, claimant)
+    path = f"/api/v1/competitions/{competition.id}/labelling"
+    started = time.monotonic()
+    following = client.post(f"{path}/next", headers=headers).json()
+    answered = 0
+    while following["status"] == "item":
+        answers = [
+            {"question_id": q["question_id"], "answer": True, "seconds": ACTIVE_SECONDS_CAP}
+            for q in following["item"]["questions"]
+        ]
+        sent = client.post(f"{path}/answers", json={"answers": answers, "next": True}, headers=headers)
+        assert sent.status_code == 200, sent.text
+        answered += sent.json()["recorded"]
+        following = sent.json()["next"]
+    took = time.monotonic() - started
+    admin = make_user(db_session, "payer", Role.admin)
+    (record,) = client.get(
+        "/api/v1/work-records", params={"competition_id": competition.id}, headers=bearer(db_session, admin)
+    ).json()
+    assert (record["username"], record["answers"]) == ("claimant", answered) and answered == 12
+    assert record["active_seconds"] <= took < answered * ACTIVE_SECONDS_CAP

@@ -89,7 +89,10 @@ def test_agreement_alpha_dawid_skene_and_the_two_rankings(client, db_session, co
 
     sign_in(client, "admin")
     page = client.get(f"/admin/competitions/{competition.id}/quality").text
-    assert f"Krippendorff's α over {len(questions)} questions" in page and f"{report['alpha']:.3f}" in page
+    shared = (~np.isnan(matrix)).sum(axis=0) >= 2
+    assert report["questions_shared"] == shared.sum() and report["needs_more"] is None
+    assert f"Krippendorff's α over {shared.sum()} questions with two or more" in page
+    assert f"{report['alpha']:.3f}" in page
     agreement = page[page.index('id="agreement-title"') :]
     assert agreement.count('<tr><th scope="row">rater') == 5 and "Dawid–Skene rank" in agreement
 
@@ -109,3 +112,69 @@ def test_agreement_of_a_competition_without_votes(client, competition, admin_hea
     assert report["questions"] == report["votes"] == 0
     assert report["alpha"] is None and report["annotators"] == [] and report["rankings"] == []
     assert client.get("/api/v1/competitions/999999/quality", headers=admin_headers).status_code == 404
+
+
+def label_truthfully(db_session, competition, user, images: int | None = None) -> None:
+    """The annotator answers the truth on their next images until none is left (or `images` are done)."""
+    from app.labelling.answers import submit_answers
+    from app.labelling.queue import next_item
+    from app.labelling.types import Answer
+
+    done = 0
+    while images is None or done < images:
+        item = next_item(db_session=db_session, competition=competition, user=user).item
+        if item is None:
+            return
+        answers = [Answer(q.question_id, truth(q.question_id), 3.0) for q in item.questions]
+        submit_answers(db_session=db_session, competition=competition, user=user, answers=answers)
+        db_session.commit()
+        done += 1
+
+
+def test_agreement_needs_two_annotators_per_question(client, db_session, competition, admin_headers):
+    """Issue 25, item 14: a panel of one, one annotator right on every question: no agreement figure, no
+    Dawid–Skene estimate, no relabelling and no ranking from them, but why."""
+    competition.panel_size = 1
+    competition.k = 5
+    labelling_competition(db_session, competition, classifiers=3, images_per_pair=5)  # 15 images
+    label_truthfully(db_session, competition, make_user(db_session, "alone", Role.annotator))
+    report = client.get(f"/api/v1/competitions/{competition.id}/quality", headers=admin_headers).json()
+    assert (report["questions"], report["questions_shared"], report["votes"]) == (30, 0, 30)
+    assert report["needs_more"] == (
+        "Agreement needs at least two annotators per question: each of the 30 questions answered so far has "
+        "one counted answer."
+    )
+    assert all(
+        report[key] is None
+        for key in ("alpha", "dawid_skene_prior_yes", "dawid_skene_iterations", "labels_changed")
+    )
+    assert report["rankings"] == [] and report["srcc_majority_vs_dawid_skene"] is None
+    (row,) = report["annotators"]
+    assert (row["username"], row["answers"], row["shared_answers"]) == ("alone", 30, 0)
+    assert all(row[key] is None for key in row if key.startswith(("alpha", "dawid")))
+    sign_in(client, "admin")
+    page = client.get(f"/admin/competitions/{competition.id}/quality").text
+    agreement = page.split('id="agreement-title"')[1]
+    assert "Agreement needs at least two annotators per question" in agreement
+    assert "relabels" not in agreement and "Dawid–Skene rank" not in agreement and "<table" not in agreement
+
+
+def test_agreement_is_measured_on_the_questions_two_annotators_answered(
+    client, db_session, competition, admin_headers
+):
+    """Issue 25, item 14: one annotator answers everything, a second two images: the figures rest on those
+    four questions, and each annotator's on their answers there."""
+    competition.panel_size = 3
+    competition.k = 5
+    labelling_competition(db_session, competition, classifiers=3, images_per_pair=5)  # 15 images
+    label_truthfully(db_session, competition, make_user(db_session, "first", Role.annotator))
+    label_truthfully(db_session, competition, make_user(db_session, "second", Role.annotator), images=2)
+    report = client.get(f"/api/v1/competitions/{competition.id}/quality", headers=admin_headers).json()
+    assert (report["questions"], report["questions_shared"], report["votes"]) == (30, 4, 34)
+    assert report["needs_more"] is None and report["labels_changed"] == 0  # both told the truth
+    rows = {row["username"]: row for row in report["annotators"]}
+    assert {name: (row["answers"], row["shared_answers"]) for name, row in rows.items()} == {
+        "first": (30, 4),
+        "second": (4, 4),
+    }
+    assert all(row["dawid_skene_accuracy"] is not None for row in rows.values())
