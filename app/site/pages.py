@@ -62,18 +62,25 @@ def sign_in_choices(settings: Settings) -> dict:
     return {"providers": settings.oidc_providers, "passwords": settings.password_sign_in}
 
 
-@router.get("/login", response_class=HTMLResponse)
-def login_page(request: Request, user: OptionalUser, settings: SettingsDep, next: str = "/"):
-    """The sign-in form, and a button for each OpenID provider."""
+def _login_form(
+    request: Request, settings: Settings, next: str, username: str = "", error: str | None = None, **page
+):
+    """The sign-in page: the password form (while passwords are taken) and a button for each provider."""
     return render(
         request,
         "login.html",
-        user=user,
         next=safe_next(next),
-        error=None,
-        username="",
+        username=username,
+        error=error,
         **sign_in_choices(settings),
+        **page,
     )
+
+
+@router.get("/login", response_class=HTMLResponse)
+def login_page(request: Request, user: OptionalUser, settings: SettingsDep, next: str = "/"):
+    """The sign-in form, and a button for each OpenID provider."""
+    return _login_form(request, settings, next, user=user)
 
 
 @router.post("/login", response_class=HTMLResponse, dependencies=[Depends(check_csrf)])
@@ -94,32 +101,15 @@ async def login(
     same Argon2 work as a known one. With password sign-in turned off (MAD_PASSWORD_SIGN_IN) the form
     answers 403 without looking at the password.
     """
-    choices = sign_in_choices(settings)
     if not settings.password_sign_in:
-        return render(
-            request,
-            "login.html",
-            status_code=403,
-            next=safe_next(next),
-            error=PASSWORDS_OFF,
-            username="",
-            **choices,
-        )
+        return _login_form(request, settings, next, error=PASSWORDS_OFF, status_code=403)
     limits = request.app.state.login_limits
     address = request.client.host if request.client else ""
     where = dict(limits=limits, address=address, username=username)
     wait_s = await steps.run(lambda db: rate_limit.retry_after(db_session=db, now=utcnow(), **where))
     if wait_s:
         error = f"Too many failed sign-ins. Try again in {wait_s} seconds."
-        response = render(
-            request,
-            "login.html",
-            status_code=429,
-            next=safe_next(next),
-            error=error,
-            username=username,
-            **choices,
-        )
+        response = _login_form(request, settings, next, username, error, status_code=429)
         response.headers["Retry-After"] = str(wait_s)
         return response
     account = await steps.run(lambda db: users_service.sign_in_account(db_session=db, username=username))
@@ -127,15 +117,7 @@ async def login(
         matches = await run_in_threadpool(users_service.password_matches, account, password)
     if account is None or not matches:
         await steps.run(lambda db: rate_limit.record_failure(db_session=db, now=utcnow(), **where))
-        return render(
-            request,
-            "login.html",
-            status_code=401,
-            next=safe_next(next),
-            error="Wrong username or password.",
-            username=username,
-            **choices,
-        )
+        return _login_form(request, settings, next, username, "Wrong username or password.", status_code=401)
     await steps.run(lambda db: rate_limit.forget(db_session=db, address=address, username=username))
     start_session(request, account.id, account.session_generation)
     return RedirectResponse(landing_page(next, account.role), status_code=303)
