@@ -29,6 +29,8 @@ from app.leaderboard.pages import router as leaderboard_pages_router
 from app.leaderboard.public_reads import PublicReads
 from app.leaderboard.router import router as leaderboard_router
 from app.settings import Settings
+from app.site.openid_pages import OpenIDClients
+from app.site.openid_pages import router as openid_pages_router
 from app.site.pages import router as site_pages_router
 from app.users.auth import OptionalUser, may_send_large_bodies, signed_in_user
 from app.users.rate_limit import LoginLimits
@@ -126,6 +128,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.public_reads = PublicReads()
     app.state.password_gate = asyncio.Semaphore(PASSWORD_CHECKS_AT_ONCE)
+    app.state.openid_clients = OpenIDClients(settings.oidc_providers)
     app.state.login_limits = LoginLimits(
         settings.login_max_failures, settings.login_max_address_failures, settings.login_window_s
     )
@@ -160,6 +163,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(leaderboard_pages_router)
     app.include_router(admin_pages_router)
     app.include_router(site_pages_router)
+    app.include_router(openid_pages_router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     _add_documentation_pages(app)
 

@@ -2,10 +2,12 @@
 
 import re
 from functools import cached_property
+from ipaddress import ip_address
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.storage import BlobStore, open_blob_store
@@ -13,6 +15,46 @@ from app.storage import BlobStore, open_blob_store
 STORAGE_URL = re.compile(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9_.-]+)*/?|file:///.*")
 DEVELOPMENT_SECRET_KEY = "development-only-secret-key-do-not-use-in-production"
 MIN_SECRET_KEY_LENGTH = 32
+
+
+class OpenIDProvider(BaseModel):
+    """One OpenID Connect provider people may sign in with, and who may join through it (README,
+    "Signing in with OpenID Connect")."""
+
+    name: str = Field(
+        pattern=r"^[a-z0-9][a-z0-9-]{0,31}$", description="Short name in the sign-in URLs: /login/sso/NAME."
+    )
+    display_name: str = Field(
+        min_length=1, max_length=60, description="Shown on its button: 'Sign in with …'."
+    )
+    issuer: str = Field(description="The issuer URL; its /.well-known/openid-configuration must name it.")
+    client_id: str = Field(min_length=1)
+    client_secret: SecretStr
+    allowed_domains: list[str] = Field(
+        default_factory=list,
+        description="E-mail domains whose people may join by signing in (the provider must say the address "
+        "is verified); others need an invitation.",
+    )
+    role: Literal["annotator", "admin"] = Field(
+        default="annotator", description="The role of an account made by signing in without an invitation."
+    )
+
+    @field_validator("issuer")
+    @classmethod
+    def _issuer_is_https(cls, issuer: str) -> str:
+        """https, or http on this machine only (a provider in tests or development)."""
+        url = urlsplit(issuer)
+        if url.scheme == "https" and url.hostname:
+            return issuer
+        if url.scheme == "http" and url.hostname is not None and _is_loopback(url.hostname):
+            return issuer
+        raise ValueError(f"{issuer!r} is not an https:// URL (http:// only on 127.0.0.1 or localhost)")
+
+    @field_validator("allowed_domains")
+    @classmethod
+    def _domains_in_lower_case(cls, domains: list[str]) -> list[str]:
+        """Domains compare in lower case, without a leading @."""
+        return [domain.strip().lower().removeprefix("@") for domain in domains]
 
 
 class Settings(BaseSettings):
@@ -105,6 +147,15 @@ class Settings(BaseSettings):
         description="Bearer token that reads /metrics (Prometheus); empty: /metrics is off (404).",
     )
     session_max_age_s: int = Field(default=14 * 24 * 3600, gt=0, description="Login cookie lifetime.")
+    oidc_providers: list[OpenIDProvider] = Field(
+        default_factory=list,
+        description="OpenID Connect providers to sign in with, as a JSON list of objects (OpenIDProvider).",
+    )
+    password_sign_in: bool = Field(
+        default=True,
+        description="Whether the browser's sign-in and invitation pages take passwords; off, people sign in "
+        "through the OpenID providers only (the CLI and API tokens keep working).",
+    )
 
     @model_validator(mode="after")
     def _refuse_development_secret(self) -> "Settings":
@@ -130,6 +181,16 @@ class Settings(BaseSettings):
             return [item.strip() for item in value.split(",") if item.strip()]
         return value
 
+    @model_validator(mode="after")
+    def _someone_can_sign_in(self) -> "Settings":
+        """Password sign-in can be off only with a provider to sign in with; provider names are unique."""
+        if not self.password_sign_in and not self.oidc_providers:
+            raise ValueError("MAD_PASSWORD_SIGN_IN=false needs at least one provider in MAD_OIDC_PROVIDERS")
+        names = [provider.name for provider in self.oidc_providers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"MAD_OIDC_PROVIDERS names must differ: {names}")
+        return self
+
     @field_validator("storage_url")
     @classmethod
     def _storage_url_is_known(cls, url: str) -> str:
@@ -149,6 +210,16 @@ class Settings(BaseSettings):
         if self.database_url:
             return _with_psycopg_driver(self.database_url)
         return f"sqlite:///{(self.data_dir / 'mad.sqlite3').resolve()}"
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether a host name or address is this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _with_psycopg_driver(url: str) -> str:

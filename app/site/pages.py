@@ -1,5 +1,6 @@
 """The site's own pages: the home page (what to do next), sign-in/sign-out, one's own account, and the
-invitation page on which an invited person chooses their username and password and is signed in."""
+invitation page on which an invited person chooses their username and password, or an OpenID provider to
+sign in with, and is signed in (the OpenID flow itself: openid_pages.py)."""
 
 from typing import Annotated
 
@@ -10,15 +11,24 @@ from starlette.concurrency import run_in_threadpool
 from app.competitions.members import competitions_of
 from app.db.base import utcnow
 from app.db.session import DatabaseStepsDep, SessionDep
-from app.errors import Conflict, InvalidInput
+from app.errors import Conflict, Forbidden, InvalidInput
 from app.images.service import image_counts
 from app.labelling.annotators import images_left
-from app.security import new_csrf_token
-from app.users import invitations, rate_limit
+from app.settings import Settings
+from app.users import invitations, openid, rate_limit
 from app.users import service as users_service
-from app.users.auth import ANNOTATOR_ROLES, SESSION_GENERATION, OptionalUser, check_csrf, page_user
+from app.users.auth import (
+    ANNOTATOR_ROLES,
+    OptionalUser,
+    check_csrf,
+    landing_page,
+    page_user,
+    safe_next,
+    start_session,
+)
 from app.users.models import Role, username_key
 from app.users.service import MAX_USERNAME_LENGTH, MIN_PASSWORD_LENGTH
+from app.web.dependencies import SettingsDep
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
@@ -41,10 +51,33 @@ def home(request: Request, db_session: SessionDep, user: OptionalUser):
     )
 
 
+PASSWORDS_OFF = "Password sign-in is turned off here: use a button below."
+
+
+def sign_in_choices(settings: Settings) -> dict:
+    """What a sign-in or invitation page offers: the OpenID providers, and whether passwords are taken."""
+    return {"providers": settings.oidc_providers, "passwords": settings.password_sign_in}
+
+
+def _login_form(
+    request: Request, settings: Settings, next: str, username: str = "", error: str | None = None, **page
+):
+    """The sign-in page: the password form (while passwords are taken) and a button for each provider."""
+    return render(
+        request,
+        "login.html",
+        next=safe_next(next),
+        username=username,
+        error=error,
+        **sign_in_choices(settings),
+        **page,
+    )
+
+
 @router.get("/login", response_class=HTMLResponse)
-def login_page(request: Request, user: OptionalUser, next: str = "/"):
-    """The sign-in form."""
-    return render(request, "login.html", user=user, next=_safe_next(next), error=None, username="")
+def login_page(request: Request, user: OptionalUser, settings: SettingsDep, next: str = "/"):
+    """The sign-in form, and a button for each OpenID provider."""
+    return _login_form(request, settings, next, user=user)
 
 
 @router.post("/login", response_class=HTMLResponse, dependencies=[Depends(check_csrf)])
@@ -53,6 +86,7 @@ async def login(
     steps: DatabaseStepsDep,
     username: Annotated[str, Form()],
     password: Annotated[str, Form()],
+    settings: SettingsDep,
     next: Annotated[str, Form()] = "/",
 ):
     """Check the password, start a session and go to `next` (an admin without one goes to /admin); a wrong
@@ -61,8 +95,11 @@ async def login(
     After too many failures from one address, for one username or for all, the form answers 429 until the
     window passes. The database is used in short steps: the Argon2 check between them holds no connection
     (and waits at its own gate, PASSWORD_CHECKS_AT_ONCE per process), and an unknown username costs the
-    same Argon2 work as a known one.
+    same Argon2 work as a known one. With password sign-in turned off (MAD_PASSWORD_SIGN_IN) the form
+    answers 403 without looking at the password.
     """
+    if not settings.password_sign_in:
+        return _login_form(request, settings, next, error=PASSWORDS_OFF, status_code=403)
     limits = request.app.state.login_limits
     address = request.client.host if request.client else ""
     named = username_key(username[:MAX_USERNAME_LENGTH])  # failures count per account, in any case or form
@@ -70,9 +107,7 @@ async def login(
     wait_s = await steps.run(lambda db: rate_limit.retry_after(db_session=db, now=utcnow(), **where))
     if wait_s:
         error = f"Too many failed sign-ins. Try again in {wait_s} seconds."
-        response = render(
-            request, "login.html", status_code=429, next=_safe_next(next), error=error, username=username
-        )
+        response = _login_form(request, settings, next, username, error, status_code=429)
         response.headers["Retry-After"] = str(wait_s)
         return response
     account = await steps.run(lambda db: users_service.sign_in_account(db_session=db, username=username))
@@ -80,34 +115,35 @@ async def login(
         matches = await run_in_threadpool(users_service.password_matches, account, password)
     if account is None or not matches:
         await steps.run(lambda db: rate_limit.record_failure(db_session=db, now=utcnow(), **where))
-        return render(
-            request,
-            "login.html",
-            status_code=401,
-            next=_safe_next(next),
-            error="Wrong username or password.",
-            username=username,
-        )
+        return _login_form(request, settings, next, username, "Wrong username or password.", status_code=401)
     await steps.run(lambda db: rate_limit.forget(db_session=db, address=address, username=named))
-    request.session.clear()
-    request.session.update(
-        {"user_id": account.id, SESSION_GENERATION: account.session_generation, "csrf": new_csrf_token()}
-    )
-    target = _safe_next(next)
-    if target == "/" and account.role == Role.admin:
-        target = "/admin"
-    return RedirectResponse(target, status_code=303)
+    start_session(request, account.id, account.session_generation)
+    return RedirectResponse(landing_page(next, account.role), status_code=303)
 
 
 @router.get("/account", response_class=HTMLResponse)
-def account_page(request: Request, db_session: SessionDep, user: OptionalUser):
-    """The signed-in person's account: who they are, and a form to change their password (keeping their API
-    tokens, when they have some, only if they say so)."""
+def account_page(request: Request, db_session: SessionDep, user: OptionalUser, settings: SettingsDep):
+    """The signed-in person's account: who they are, the OpenID providers they sign in with (and buttons to
+    link the others), and a form to change their password when they have one (keeping their API tokens,
+    when they have some, only if they say so)."""
     account = page_user(request, user, Role.admin, Role.annotator)
     if isinstance(account, RedirectResponse):
         return account
-    tokens = len(users_service.list_api_tokens(db_session=db_session, user=account))
-    return render(request, "account.html", user=account, tokens=tokens)
+    identities = openid.identities_of(db_session=db_session, user=account)
+    linked = {identity.issuer: identity for identity in identities}
+    return render(
+        request,
+        "account.html",
+        user=account,
+        has_password=account.password_hash is not None,
+        tokens=len(users_service.list_api_tokens(db_session=db_session, user=account)),
+        linked=[
+            (provider, linked[provider.issuer])
+            for provider in settings.oidc_providers
+            if provider.issuer in linked
+        ],
+        to_link=[provider for provider in settings.oidc_providers if provider.issuer not in linked],
+    )
 
 
 @router.post("/logout", dependencies=[Depends(check_csrf)])
@@ -120,10 +156,11 @@ def logout(request: Request, db_session: SessionDep, user: OptionalUser):
 
 
 @router.get("/invitations/{token}", response_class=HTMLResponse, name="invitation_page")
-def invitation_page(request: Request, token: str, db_session: SessionDep):
-    """The form that makes the invited person's account; 404 once the link is used or expired."""
+def invitation_page(request: Request, token: str, db_session: SessionDep, settings: SettingsDep):
+    """The form that makes the invited person's account, and a button for each OpenID provider to join
+    with instead; 404 once the link is used or expired."""
     invitation = invitations.open_invitation(db_session=db_session, token=token)
-    return _form(request, invitation.role, username="", error=None)
+    return _form(request, settings, token, invitation.role, username="", error=None)
 
 
 @router.post("/invitations/{token}", response_class=HTMLResponse, dependencies=[Depends(check_csrf)])
@@ -131,29 +168,38 @@ def accept_invitation(
     request: Request,
     token: str,
     db_session: SessionDep,
+    settings: SettingsDep,
     username: Annotated[str, Form(max_length=200)],
     password: Annotated[str, Form(max_length=200)],
     password_again: Annotated[str, Form(max_length=200)],
 ):
     """Make the account, use the link up and sign in; a taken username or a short or mistyped password
-    re-shows the form (422 or 409) with the username kept, the link still unused."""
+    re-shows the form (422 or 409) with the username kept, the link still unused; so does password sign-in
+    turned off (403)."""
     invitation = invitations.open_invitation(db_session=db_session, token=token)
     try:
+        if not settings.password_sign_in:
+            raise Forbidden(PASSWORDS_OFF)
         if password != password_again:
             raise InvalidInput("the two passwords differ: type the same one twice")
         user = invitations.accept_invitation(
             db_session=db_session, token=token, username=username, password=password
         )
-    except (InvalidInput, Conflict) as error:
-        return _form(request, invitation.role, username, str(error), error.status_code)
-    request.session.clear()
-    request.session.update(
-        {"user_id": user.id, SESSION_GENERATION: user.session_generation, "csrf": new_csrf_token()}
-    )
-    return RedirectResponse("/admin" if user.role == Role.admin else "/", status_code=303)
+    except (InvalidInput, Conflict, Forbidden) as error:
+        return _form(request, settings, token, invitation.role, username, str(error), error.status_code)
+    start_session(request, user.id, user.session_generation)
+    return RedirectResponse(landing_page("/", user.role), status_code=303)
 
 
-def _form(request: Request, role: Role, username: str, error: str | None, status_code: int = 200):
+def _form(
+    request: Request,
+    settings: Settings,
+    token: str,
+    role: Role,
+    username: str,
+    error: str | None,
+    status_code: int = 200,
+):
     """The invitation form, with an error to fix when there is one. Its address holds the link's token, so
     its requests (styles, scripts, the form) send no Referer for a proxy's log to keep."""
     page = render(
@@ -161,14 +207,11 @@ def _form(request: Request, role: Role, username: str, error: str | None, status
         "invitation.html",
         status_code=status_code,
         role=role.value,
+        token=token,
         username=username,
         error=error,
         min_length=MIN_PASSWORD_LENGTH,
+        **sign_in_choices(settings),
     )
     page.headers["Referrer-Policy"] = "no-referrer"
     return page
-
-
-def _safe_next(target: str) -> str:
-    """Only same-site paths are followed after sign-in (no open redirect)."""
-    return target if target.startswith("/") and not target.startswith("//") else "/"

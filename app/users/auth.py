@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from app.db.session import DatabaseStepsDep, SessionDep
 from app.errors import Forbidden, NotAuthenticated
-from app.security import same_secret
+from app.security import new_csrf_token, same_secret
 from app.users import service
 from app.users.models import Role, User
 
@@ -207,6 +207,27 @@ def check_role(user: UserWithRole, roles: tuple[Role, ...]) -> UserWithRole:
         allowed = " or ".join(r.value for r in roles)
         raise Forbidden(f"this needs the {allowed} role; you are signed in as {user.role.value}")
     return user
+
+
+def start_session(request: Request, user_id: int, session_generation: int) -> None:
+    """Sign the browser in as this account: a new session (nothing of the one before is kept), with the
+    account's session generation and a new CSRF token."""
+    request.session.clear()
+    request.session.update(
+        {"user_id": user_id, SESSION_GENERATION: session_generation, "csrf": new_csrf_token()}
+    )
+
+
+def safe_next(target: str) -> str:
+    """Only same-site paths are followed after sign-in (no open redirect)."""
+    return target if target.startswith("/") and not target.startswith("//") else "/"
+
+
+def landing_page(target: str, role: Role) -> str:
+    """Where a browser goes once signed in: `target` when it is a path of this site, and an admin's home
+    page is /admin."""
+    target = safe_next(target)
+    return "/admin" if target == "/" and role == Role.admin else target
 
 
 def page_user(request: Request, user: User | None, *roles: Role) -> User | RedirectResponse:

@@ -1,5 +1,6 @@
 """Invitations: one-time links, expiring, with which a person makes their own account (username and
-password); only the SHA-256 of a link's token is stored."""
+password, or an OpenID provider's account: app/users/openid.py); only the SHA-256 of a link's token is
+stored."""
 
 import secrets
 from datetime import timedelta
@@ -81,30 +82,37 @@ def open_invitation(*, db_session: Session, token: str) -> Invitation:
 def accept_invitation(*, db_session: Session, token: str, username: str, password: str) -> User:
     """Make the invited person's account with their username and password and use the invitation up.
 
-    The invitation is claimed by one conditional UPDATE (unused and unexpired), so two uses of one link at
-    once make one account: the second waits for the first's row lock and then finds it used. Claim and
-    account are one savepoint: when the username turns out taken (by an account made at the same moment
-    with another link, create_user's Conflict) the link stays unused for another try.
+    Claim (claim_invitation: two uses of one link at once make one account) and account are one savepoint:
+    when the username turns out taken (by an account made at the same moment with another link,
+    create_user's Conflict) the link stays unused for another try.
     """
     check_username(username)
     if len(password) < MIN_PASSWORD_LENGTH:
         raise InvalidInput(f"a password of at least {MIN_PASSWORD_LENGTH} characters is required")
-    invitation = open_invitation(db_session=db_session, token=token)
-    now = utcnow()
     with db_session.begin_nested():
-        claimed = cast(
-            CursorResult,
-            db_session.execute(
-                update(Invitation)
-                .where(
-                    Invitation.id == invitation.id, Invitation.used_at.is_(None), Invitation.expires_at > now
-                )
-                .values(used_at=now)
-            ),
-        )
-        if claimed.rowcount != 1:
-            raise NotFound(GONE)
+        invitation = claim_invitation(db_session=db_session, token=token)
         user = create_user(db_session=db_session, username=username, role=invitation.role, password=password)
         invitation.user_id = user.id
         db_session.flush()
     return user
+
+
+def claim_invitation(*, db_session: Session, token: str) -> Invitation:
+    """The open invitation of this token, used up now (its user_id is the caller's to set), or NotFound.
+
+    The invitation is claimed by one conditional UPDATE (unused and unexpired), so two uses of one link at
+    once claim it once: the second waits for the first's row lock and then finds it used.
+    """
+    invitation = open_invitation(db_session=db_session, token=token)
+    now = utcnow()
+    claimed = cast(
+        CursorResult,
+        db_session.execute(
+            update(Invitation)
+            .where(Invitation.id == invitation.id, Invitation.used_at.is_(None), Invitation.expires_at > now)
+            .values(used_at=now)
+        ),
+    )
+    if claimed.rowcount != 1:
+        raise NotFound(GONE)
+    return invitation

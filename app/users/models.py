@@ -1,9 +1,9 @@
-"""Accounts: admins, annotators and workers, and their API tokens."""
+"""Accounts: admins, annotators and workers, their API tokens, invitations and OpenID identities."""
 
 import unicodedata
 from datetime import datetime
 
-from sqlalchemy import ForeignKey, Index, String
+from sqlalchemy import ForeignKey, Index, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column, validates
 
 from app.db.base import Base, str_enum, utcnow
@@ -71,6 +71,23 @@ class Invitation(Base):
     expires_at: Mapped[datetime]
     used_at: Mapped[datetime | None]
     user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
+
+
+class OpenIDIdentity(Base):
+    """An account at an OpenID provider that signs in to a local account: the provider's issuer and subject
+    (its stable, never reassigned id of the person), never the e-mail address, which the person may change
+    there (kept here as last seen)."""
+
+    __tablename__ = "openid_identities"
+    __table_args__ = (UniqueConstraint("issuer", "subject"), UniqueConstraint("user_id", "issuer"))
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    issuer: Mapped[str] = mapped_column(String(255))
+    subject: Mapped[str] = mapped_column(String(255))
+    email: Mapped[str | None] = mapped_column(String(320))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_sign_in_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class LoginFailure(Base):

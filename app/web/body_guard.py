@@ -33,7 +33,7 @@ UPLOAD_ROUTES = (
     re.compile(r"/api/v1/jobs/[^/]+/predictions"),
 )
 COMPETITION_ROUTE = "/api/v1/competitions"
-OPEN_FORMS = re.compile(r"/login|/logout|/invitations/[^/]+")
+OPEN_FORMS = re.compile(r"/login(/sso/[^/]+)?|/logout|/invitations/[^/]+")
 """State-changing routes anyone may post to (their CSRF token is checked by the route)."""
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 

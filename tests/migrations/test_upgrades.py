@@ -3,7 +3,8 @@ demo-data, real deployments), so every revision after the first is tested on a d
 before it, filled with a seed that schema wrote (tests/support/seeds.py). After the upgrade to the revision
 and to head, every seeded row is still there with the values of every column both schemas have, and the
 service reads them: the leaderboard computes, frozen boards are served, people sign in with their
-passwords and an annotator's progress counts their answers. How to add a revision: CONTRIBUTING.md.
+passwords or their OpenID identities and an annotator's progress counts their answers. How to add a
+revision: CONTRIBUTING.md.
 """
 
 import hashlib
@@ -17,6 +18,8 @@ from fastapi.testclient import TestClient
 from app.db.engine import create_db_engine
 from app.main import create_app
 from app.migrate import alembic_config, upgrade
+from app.settings import OpenIDProvider
+from app.users.openid import ProviderIdentity, sign_in_identity
 from tests.conftest import settings_for
 from tests.labelling.factories import sign_in
 from tests.support.seeds import Rows, load, rows
@@ -88,8 +91,30 @@ def assert_kept(before: Rows, after: Rows, dropped: set[str]) -> None:
 def assert_the_service_reads(url: str, seeded: Rows, tmp_path: Path) -> None:
     """The leaderboard of every seeded competition names its classifiers (and counts labelled images when
     questions are decided), every frozen board is served, every person signs in with the test password and
-    an annotator's progress counts their votes."""
+    every OpenID identity to its account, and an annotator's progress counts their votes."""
     app = create_app(settings_for(tmp_path, url))
+    active = {user["id"] for user in seeded.get("users", []) if user["is_active"]}
+    for identity in seeded.get("openid_identities", []):
+        if identity["user_id"] not in active:
+            continue
+        provider = OpenIDProvider(
+            name="seeded",
+            display_name="Seeded",
+            issuer=identity["issuer"],
+            client_id="mad",
+            client_secret="-",
+        )
+        with app.state.sessionmaker() as db_session:
+            signed_in = sign_in_identity(
+                db_session=db_session,
+                identity=ProviderIdentity(
+                    identity["issuer"], identity["subject"], identity["email"], False, None
+                ),
+                provider=provider,
+                invitation_token=None,
+                signed_in=None,
+            )
+            assert signed_in.id == identity["user_id"]
     with TestClient(app) as client:
         for competition in seeded.get("competitions", []):
             board = client.get(f"/api/v1/competitions/{competition['id']}/leaderboard")

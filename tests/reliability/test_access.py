@@ -41,6 +41,8 @@ ROUTES = {
     ("GET", "/favicon.ico"): PUBLIC,
     ("GET", "/login"): PUBLIC,
     ("POST", "/login"): FORM,
+    ("POST", "/login/sso/{name}"): FORM,
+    ("GET", "/login/sso/{name}/callback"): PUBLIC,
     ("POST", "/logout"): FORM,
     ("GET", "/account"): ANNOTATOR,
     ("GET", "/api/v1/me"): ACCOUNT,
@@ -190,6 +192,7 @@ def sample_path(template: str, world: World) -> str:
         "token": "no-such-invitation",
         "flag_id": 1,
         "token_id": 999_999,  # no such token: revoking a real one would sign a role of the world out
+        "name": "no-such-provider",
     }
     return re.sub(r"{(\w+)}", lambda match: str(values[match.group(1)]), template)
 

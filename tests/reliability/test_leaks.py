@@ -214,6 +214,7 @@ def path_variants(template: str, world: World, image_hashes: list[str]) -> list[
         "job_id": world.job_ids[:2],
         "token": ["no-such-invitation"],
         "flag_id": [1],
+        "name": ["no-such-provider"],
     }
     names = re.findall(r"{(\w+)}", template)
     paths = []

@@ -51,9 +51,12 @@ class LiveServer:
 
 
 @contextmanager
-def serving(database_url: str, data_dir: Path) -> Iterator[LiveServer]:
-    """The application served by uvicorn in a background thread on this (migrated) database."""
-    settings = Settings(env="test", data_dir=data_dir, database_url=database_url, secret_key=TEST_SECRET_KEY)
+def serving(database_url: str, data_dir: Path, **overrides) -> Iterator[LiveServer]:
+    """The application served by uvicorn in a background thread on this (migrated) database, with these
+    settings overridden."""
+    settings = Settings(
+        env="test", data_dir=data_dir, database_url=database_url, secret_key=TEST_SECRET_KEY, **overrides
+    )
     engine = create_db_engine(settings.sqlalchemy_url)
     try:
         with serve_in_thread(create_app(settings)) as url:

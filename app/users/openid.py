@@ -1,0 +1,154 @@
+"""Accounts that sign in through an OpenID Connect provider (the flow itself: app/site/openid_pages.py).
+
+An identity is the provider's issuer and subject, never an e-mail address: the subject is the provider's
+stable id of the person, while the address may change there (and is then updated here). A new identity
+makes an account only when the admin lets it: through an invitation, which its first sign-in uses up, or
+because the provider says it has verified an address in one of the provider's allowed domains.
+"""
+
+import re
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from app.db.base import utcnow
+from app.errors import Conflict, Forbidden, MadError
+from app.settings import OpenIDProvider
+from app.users.invitations import claim_invitation
+from app.users.models import OpenIDIdentity, Role, User
+
+USERNAME_CHARACTERS = re.compile(r"[^A-Za-z0-9_.@-]+")
+MAX_USERNAME_LENGTH = 64
+
+
+class SignInFailed(MadError):
+    """The provider's answer cannot sign anyone in: a replayed or expired sign-in, a refused code, an ID
+    token that fails its checks (400)."""
+
+    status_code = 400
+    code = "sign_in_failed"
+
+
+@dataclass(frozen=True)
+class ProviderIdentity:
+    """Who a provider says signed in, from its checked ID token (issuer, subject) and its user info."""
+
+    issuer: str
+    subject: str
+    email: str | None
+    email_verified: bool
+    preferred_username: str | None
+
+
+def sign_in_identity(
+    *,
+    db_session: Session,
+    identity: ProviderIdentity,
+    provider: OpenIDProvider,
+    invitation_token: str | None,
+    signed_in: User | None,
+) -> User:
+    """The account this identity signs in to: the one it is linked to (its e-mail updated), else the
+    signed-in account it is now linked to, else a new account the invitation or an allowed domain admits.
+
+    A deactivated account is refused (403), and so is a person whom neither admits; an identity linked to
+    another account than the signed-in one is 409.
+    """
+    linked = db_session.scalar(
+        select(OpenIDIdentity).where(
+            OpenIDIdentity.issuer == identity.issuer, OpenIDIdentity.subject == identity.subject
+        )
+    )
+    if linked is not None:
+        user = db_session.get_one(User, linked.user_id)
+        if signed_in is not None and signed_in.id != user.id:
+            raise Conflict(
+                f"this {provider.display_name} account signs in to another account here: sign out first"
+            )
+        if not user.is_active:
+            raise Forbidden("this account is deactivated: ask an admin to reactivate it")
+        linked.email = identity.email
+        linked.last_sign_in_at = utcnow()
+        db_session.flush()
+        return user
+    if signed_in is not None:
+        user = signed_in
+    elif invitation_token is not None:
+        invitation = claim_invitation(db_session=db_session, token=invitation_token)
+        user = _new_account(db_session, identity, invitation.role)
+        invitation.user_id = user.id
+    elif may_join_by_domain(identity, provider):
+        user = _new_account(db_session, identity, Role(provider.role))
+    else:
+        raise Forbidden(_why_not_admitted(identity, provider))
+    _link(db_session, user, identity, provider)
+    return user
+
+
+def may_join_by_domain(identity: ProviderIdentity, provider: OpenIDProvider) -> bool:
+    """Whether the provider vouches for an address in one of its allowed domains (email_verified)."""
+    if not identity.email_verified or identity.email is None or "@" not in identity.email:
+        return False
+    return identity.email.rsplit("@", 1)[1].lower() in provider.allowed_domains
+
+
+def _why_not_admitted(identity: ProviderIdentity, provider: OpenIDProvider) -> str:
+    """The refusal of a person neither an invitation nor an allowed domain admits, and what to do."""
+    ask = "ask an admin for an invitation link and sign in through it"
+    if identity.email is None:
+        return f"{provider.display_name} gave no e-mail address for your account: {ask}"
+    if not identity.email_verified:
+        return f"{provider.display_name} has not verified {identity.email}: {ask}"
+    return f"{identity.email} may not join through {provider.display_name} by itself: {ask}"
+
+
+def _link(db_session: Session, user: User, identity: ProviderIdentity, provider: OpenIDProvider) -> None:
+    """Link the identity to the account; an account has at most one identity per provider (409)."""
+    taken = db_session.scalar(
+        select(OpenIDIdentity.id).where(
+            OpenIDIdentity.user_id == user.id, OpenIDIdentity.issuer == identity.issuer
+        )
+    )
+    if taken is not None:
+        raise Conflict(f"your account is already linked to another {provider.display_name} account")
+    db_session.add(
+        OpenIDIdentity(
+            user_id=user.id, issuer=identity.issuer, subject=identity.subject, email=identity.email
+        )
+    )
+    db_session.flush()
+
+
+def _new_account(db_session: Session, identity: ProviderIdentity, role: Role) -> User:
+    """A new account without a password, named after the identity (a free username)."""
+    user = User(username=_free_username(db_session, identity), role=role, password_hash=None)
+    db_session.add(user)
+    db_session.flush()
+    return user
+
+
+def _free_username(db_session: Session, identity: ProviderIdentity) -> str:
+    """The identity's preferred username, else its e-mail's local part (invalid characters as '-'), with
+    -2, -3, … appended while an account has it in any letter case."""
+    wanted = identity.preferred_username or (identity.email or "").split("@")[0]
+    base = USERNAME_CHARACTERS.sub("-", wanted).strip("-")[: MAX_USERNAME_LENGTH - 4] or "user"
+    taken = set(
+        db_session.scalars(
+            select(func.lower(User.username)).where(func.lower(User.username).like(f"{base.lower()}%"))
+        )
+    )
+    candidate, number = base, 1
+    while candidate.lower() in taken:
+        number += 1
+        candidate = f"{base}-{number}"
+    return candidate
+
+
+def identities_of(*, db_session: Session, user: User) -> list[OpenIDIdentity]:
+    """The account's identities, oldest first."""
+    return list(
+        db_session.scalars(
+            select(OpenIDIdentity).where(OpenIDIdentity.user_id == user.id).order_by(OpenIDIdentity.id)
+        )
+    )
