@@ -238,6 +238,25 @@ def bootstrap_perron(
     classifier without evidence (no labelled image) could stand anywhere: its interval spans every rank,
     1 to m, and every score, 0 to 1, whatever the resamples give it.
     """
+    m = counts.m
+    scores = bootstrap_scores(counts, alpha, n_resamples, seed)
+    unknown = counts.without_evidence
+    ranks = ranks_from_scores(scores, unknown)
+    tail = (1 - level) / 2
+    return BootstrapIntervals(
+        score_low=np.where(unknown, 0.0, np.quantile(scores, tail, axis=0)),
+        score_high=np.where(unknown, 1.0, np.quantile(scores, 1 - tail, axis=0)),
+        rank_low=np.where(unknown, 1, np.quantile(ranks, tail, axis=0, method="lower")).astype(np.int64),
+        rank_high=np.where(unknown, m, np.quantile(ranks, 1 - tail, axis=0, method="higher")).astype(
+            np.int64
+        ),
+        level=level,
+        n_resamples=n_resamples,
+    )
+
+
+def bootstrap_scores(counts: PairCounts, alpha: float, n_resamples: int, seed: int) -> np.ndarray:
+    """R×m Perron scores, each from a multinomial resample of every pair's four outcome counts."""
     rng = np.random.default_rng(seed)
     m = counts.m
     correct = np.zeros((n_resamples, m, m))
@@ -253,16 +272,4 @@ def bootstrap_perron(
         correct[:, j, i] = draws[:, 0] + draws[:, 2]
     dominance = dominance_matrix(_smoothed_accuracy(correct, counts.n, alpha))
     scores, _, _ = _perron_vectors(dominance, PERRON_TOLERANCE, PERRON_MAX_ITERATIONS)
-    unknown = counts.without_evidence
-    ranks = ranks_from_scores(scores, unknown)
-    tail = (1 - level) / 2
-    return BootstrapIntervals(
-        score_low=np.where(unknown, 0.0, np.quantile(scores, tail, axis=0)),
-        score_high=np.where(unknown, 1.0, np.quantile(scores, 1 - tail, axis=0)),
-        rank_low=np.where(unknown, 1, np.quantile(ranks, tail, axis=0, method="lower")).astype(np.int64),
-        rank_high=np.where(unknown, m, np.quantile(ranks, 1 - tail, axis=0, method="higher")).astype(
-            np.int64
-        ),
-        level=level,
-        n_resamples=n_resamples,
-    )
+    return scores

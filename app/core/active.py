@@ -1,0 +1,152 @@
+"""Active MAD: which pair to label next, when a question needs no more votes, when the ranking is settled.
+
+Three pure rules the labelling queue and `mad simulate --policy active` share (issue 24; the contract is
+ACTIVE_INTERFACE.md, the design docs/architecture.md, Active sampling):
+
+- Dynamic panels (Toloka's dynamic overlap; the one-coin model of Dawid & Skene 1979): a question is decided
+  by its first ≥ 2 votes when they agree and the posterior of their answer reaches a confidence; any
+  disagreement sends it on to the paper's strict majority of the full panel.
+- Annotator reliability: the Beta posterior mean of the share of votes that agree with decided outcomes.
+- Pair priorities and stop rules (Heckel, Shah, Ramchandran & Wainwright 2018, "Active ranking from pairwise
+  comparisons and when parametric assumptions do not help": stop comparing an item once its confidence
+  interval decides its place; Mohankumar & Khapra 2022, "Active Evaluation": spend judgements only on the
+  comparisons that can still change the ranking): the bootstrap of the Perron scores gives, for each pair,
+  the probability that its order flips; a pair stops once that probability is small after a minimum number
+  of images, or when it has no open image; the competition is settled once every pair has stopped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from app.core.ranking import (
+    SCORE_DECIMALS,
+    PairCounts,
+    bootstrap_scores,
+    dominance_matrix,
+    pairwise_accuracy,
+    perron_rank,
+)
+
+DEFAULT_REFRESH_EVERY = 20
+"""Decided questions between two policy refreshes in the service (and in the simulation)."""
+DEFAULT_UNIFORM_FLOOR = 0.1
+"""Share of next-item picks that ignore the priorities (uniform order), so that no open pair starves."""
+DEFAULT_EARLY_CONFIDENCE = 0.99
+"""Posterior an answer needs to be decided before a full majority."""
+DEFAULT_MIN_IMAGES = 10
+"""Labelled images a pair needs before its bootstrap may stop it (a floor against early luck)."""
+DEFAULT_FLIP_LEVEL = 0.025
+"""A pair stops once its order flips in at most this share of bootstrap fits (one tail of a 95% interval)."""
+RELIABILITY_PRIOR = (4.0, 1.0)
+"""Beta(a0, b0) prior on an annotator's accuracy: mean 0.8 worth 5 votes, so that 2 agreeing votes decide
+nothing until the votes have shown the annotators to be better than that."""
+
+
+def decided_early(
+    yes_votes: int,
+    no_votes: int,
+    panel_size: int,
+    reliability: float,
+    confidence: float = DEFAULT_EARLY_CONFIDENCE,
+) -> bool | None:
+    """The answer once a ≥ 2 unanimous votes give it posterior r^a / (r^a + (1 − r)^a) ≥ `confidence`.
+
+    One-coin model (Dawid & Skene 1979 with one accuracy r for every annotator and both answers, prior ½):
+    after a agreeing votes and none against, P(answer) = r^a / (r^a + (1 − r)^a). None on any disagreement,
+    with fewer than 2 votes, with r ≤ ½, or below the confidence: the strict majority of `panel_size`
+    then decides, as in the paper. A unanimous strict majority of the panel is always decided.
+    """
+    votes = yes_votes + no_votes
+    if min(yes_votes, no_votes) > 0 or votes < 2 or not 0.5 < reliability <= 1.0:
+        return None
+    if 2 * votes > panel_size:
+        return yes_votes > 0
+    odds = (reliability / (1.0 - reliability)) ** votes if reliability < 1.0 else np.inf
+    return yes_votes > 0 if odds / (1.0 + odds) >= confidence else None
+
+
+def annotator_reliability(agreeing: int, disagreeing: int) -> float:
+    """Posterior mean (a0 + agreeing) / (a0 + b0 + agreeing + disagreeing), Beta(a0, b0) = RELIABILITY_PRIOR,
+    counting votes that agree / disagree with the decided outcomes of their questions."""
+    if agreeing < 0 or disagreeing < 0:
+        raise ValueError("vote counts cannot be negative")
+    a0, b0 = RELIABILITY_PRIOR
+    return (a0 + agreeing) / (a0 + b0 + agreeing + disagreeing)
+
+
+@dataclass(frozen=True)
+class PolicyDecision:
+    """Where one more labelled image is worth most, and what needs none."""
+
+    priority: np.ndarray
+    """m×m symmetric float ≥ 0: value of one more image of pair (i, j); 0 = stop."""
+    pair_settled: np.ndarray
+    """m×m bool symmetric: the pair needs no more images (diagonal True)."""
+    settled: bool
+    """The whole ranking is settled: every pair has stopped."""
+    informative_pairs: tuple[tuple[int, int], ...]
+    """i < j pairs still worth asking, best first."""
+
+
+def flip_probability(point: np.ndarray, samples: np.ndarray) -> np.ndarray:
+    """f_ij = share of bootstrap fits whose order of (i, j) differs from the point fit's, ties counting ½;
+    ½ for a pair the point fit ties (scores compared at SCORE_DECIMALS, as ranks are)."""
+    point = np.round(point, SCORE_DECIMALS)
+    samples = np.round(samples, SCORE_DECIMALS)
+    point_sign = np.sign(point[:, None] - point[None, :])
+    sample_sign = np.sign(samples[:, :, None] - samples[:, None, :])
+    agree = (sample_sign == point_sign).mean(axis=0)
+    tied = (sample_sign == 0).mean(axis=0)
+    flips = np.where(point_sign == 0, 0.5, 1.0 - agree - tied / 2)
+    np.fill_diagonal(flips, 0.0)
+    return flips
+
+
+def adjacent_flip(point: np.ndarray, flips: np.ndarray) -> np.ndarray:
+    """Per classifier, the larger flip probability with its neighbours in the point ranking (0 for m = 1)."""
+    order = np.argsort(-point, kind="stable")
+    neighbour = np.zeros(len(point))
+    steps = flips[order[:-1], order[1:]]
+    neighbour[order[:-1]] = steps
+    neighbour[order[1:]] = np.maximum(neighbour[order[1:]], steps)
+    return neighbour
+
+
+def active_policy(
+    counts: PairCounts,
+    open_images: np.ndarray,
+    *,
+    alpha: float = 1.0,
+    n_resamples: int = 200,
+    seed: int = 0,
+    min_images: int = DEFAULT_MIN_IMAGES,
+    flip_level: float = DEFAULT_FLIP_LEVEL,
+) -> PolicyDecision:
+    """Stop a pair once n_ij ≥ `min_images` and f_ij ≤ `flip_level`, or when no image of it is open; else
+    priority_ij = max(f_ij, f_i, f_j, 1/R) / (n_ij + 1), f_i the adjacent flip of i (R = resamples).
+
+    f from `flip_probability` over R bootstrap fits of the Perron scores (ranking.bootstrap_scores): the
+    chance that the pair's order or an adjacent rank flips (issue 24, item 1), scaled by the share 1/(n + 1)
+    by which one more image shrinks the variance of the pair's accuracies. The 1/R floor keeps every open,
+    unstopped pair above 0 so that the queue never parks a pair the stop rule still waits for.
+    """
+    open_images = np.asarray(open_images)
+    if open_images.shape != counts.n.shape:
+        raise ValueError(f"open_images must be {counts.n.shape}, got {open_images.shape}")
+    point = perron_rank(dominance_matrix(pairwise_accuracy(counts, alpha))).scores
+    flips = flip_probability(point, bootstrap_scores(counts, alpha, n_resamples, seed))
+    decided = (counts.n >= min_images) & (flips <= flip_level)
+    pair_settled = (open_images <= 0) | decided
+    np.fill_diagonal(pair_settled, True)
+    adjacent = adjacent_flip(point, flips)
+    value = np.maximum(np.maximum(flips, 1.0 / n_resamples), np.maximum.outer(adjacent, adjacent))
+    priority = np.where(pair_settled, 0.0, value / (counts.n + 1))
+    upper = np.triu_indices(counts.m, k=1)
+    ranked = np.argsort(-priority[upper], kind="stable")
+    informative = tuple(
+        (int(upper[0][index]), int(upper[1][index])) for index in ranked if priority[upper][index] > 0
+    )
+    return PolicyDecision(priority, pair_settled, bool(pair_settled.all()), informative)

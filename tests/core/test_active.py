@@ -1,0 +1,95 @@
+"""Active MAD's pure rules: dynamic panels, annotator reliability, pair priorities and the stop rule."""
+
+import numpy as np
+import pytest
+
+from app.core.active import (
+    DEFAULT_MIN_IMAGES,
+    active_policy,
+    adjacent_flip,
+    annotator_reliability,
+    decided_early,
+    flip_probability,
+)
+from app.core.ranking import PairCounts, count_outcomes
+
+
+@pytest.mark.parametrize("reliability", [0.6, 0.9, 0.95, 0.999, 1.0])
+@pytest.mark.parametrize("panel", [3, 5, 7])
+def test_decided_early_never_decides_on_disagreement_nor_on_one_vote(reliability, panel):
+    for yes in range(panel + 1):
+        for no in range(panel + 1 - yes):
+            answer = decided_early(yes, no, panel, reliability)
+            if yes + no < 2 or (yes and no):
+                assert answer is None, (yes, no)
+            if answer is not None:
+                assert answer == (yes > 0)
+
+
+def test_two_agreeing_votes_decide_only_for_reliable_annotators():
+    # 0.95² / (0.95² + 0.05²) = 0.99723 ≥ 0.99; 0.9² / (0.9² + 0.1²) = 0.98780 < 0.99.
+    assert decided_early(2, 0, 5, 0.95) is True
+    assert decided_early(0, 2, 5, 0.95) is False
+    assert decided_early(2, 0, 5, 0.9) is None
+    assert decided_early(3, 0, 9, 0.9) is True  # 0.9³ / (0.9³ + 0.1³) = 0.99863
+    assert decided_early(2, 0, 5, 0.95, confidence=0.999) is None
+    assert decided_early(2, 0, 5, 0.5) is None and decided_early(4, 0, 9, 0.3) is None
+    assert decided_early(3, 0, 5, 0.6) is True  # a unanimous strict majority is the paper's own rule
+
+
+def test_reliability_is_the_beta_posterior_mean():
+    assert annotator_reliability(0, 0) == pytest.approx(0.8)
+    assert annotator_reliability(95, 5) == pytest.approx(99 / 105)
+    assert annotator_reliability(10_000, 0) > 0.999
+    with pytest.raises(ValueError):
+        annotator_reliability(-1, 0)
+
+
+def separated_counts(m: int, n: int, gap: float) -> PairCounts:
+    """Every pair (i < j): n images, f_i right on a share 0.5 + gap·(j − i), f_j on the others."""
+    outcomes = {}
+    for i in range(m):
+        for j in range(i + 1, m):
+            won = int(round(n * min(0.5 + gap * (j - i), 1.0)))
+            outcomes[(i, j)] = (np.arange(n) < won, np.arange(n) >= won)
+    return count_outcomes(outcomes, m)
+
+
+def test_pairs_without_open_images_are_settled_with_priority_zero():
+    counts = separated_counts(4, 3, 0.0)
+    open_images = np.full((4, 4), 5)
+    open_images[0, 1] = open_images[1, 0] = 0
+    decision = active_policy(counts, open_images, n_resamples=50)
+    assert decision.priority[0, 1] == 0 and decision.pair_settled[0, 1]
+    assert np.all(decision.pair_settled.diagonal()) and np.all(decision.priority.diagonal() == 0)
+    assert np.array_equal(decision.priority, decision.priority.T)
+    assert np.array_equal(decision.pair_settled, decision.pair_settled.T)
+    assert not decision.settled and (0, 1) not in decision.informative_pairs
+    assert all(decision.priority[pair] > 0 for pair in decision.informative_pairs)
+    priorities = [decision.priority[pair] for pair in decision.informative_pairs]
+    assert priorities == sorted(priorities, reverse=True)
+    assert active_policy(counts, np.zeros((4, 4)), n_resamples=50).settled
+
+
+def test_a_clearly_separated_ranking_settles_and_a_tied_one_does_not():
+    open_images = np.full((5, 5), 10)
+    clear = active_policy(separated_counts(5, 30, 0.2), open_images, n_resamples=100)
+    assert clear.settled and clear.informative_pairs == () and not clear.priority.any()
+    tied = active_policy(separated_counts(5, 30, 0.0), open_images, n_resamples=100)
+    assert not tied.settled and len(tied.informative_pairs) == 10
+
+
+def test_too_few_images_keep_a_pair_open_however_clear():
+    few = separated_counts(3, DEFAULT_MIN_IMAGES - 1, 0.5)
+    decision = active_policy(few, np.full((3, 3), 5), n_resamples=50)
+    assert not decision.settled and decision.priority[0, 1] > 0
+
+
+def test_flip_probability_counts_reversed_and_tied_fits():
+    point = np.array([0.5, 0.3, 0.2])
+    samples = np.array([[0.5, 0.3, 0.2], [0.3, 0.5, 0.2], [0.4, 0.4, 0.2], [0.5, 0.2, 0.3]])
+    flips = flip_probability(point, samples)
+    assert flips[0, 1] == pytest.approx((1 + 0.5) / 4) and flips[1, 2] == pytest.approx(0.25)
+    assert flips[0, 2] == 0 and np.array_equal(flips, flips.T)
+    assert adjacent_flip(point, flips).tolist() == pytest.approx([0.375, 0.375, 0.25])
+    assert flip_probability(np.array([0.5, 0.5]), samples[:, :2])[0, 1] == 0.5
