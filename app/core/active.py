@@ -43,8 +43,8 @@ DEFAULT_MIN_IMAGES = 15
 """Labelled images a pair needs before its bootstrap may stop it (a floor against early luck): the
 leaderboard's STABLE_K (paper Fig. 5: rankings settle once k > 15), so a stopped pair is never provisional
 for want of images."""
-DEFAULT_FLIP_LEVEL = 0.025
-"""A pair stops once its order flips in at most this share of bootstrap fits (one tail of a 95% interval)."""
+DEFAULT_FLIP_LEVEL = 0.05
+"""A pair stops once its order flips in at most this share of bootstrap fits (decided one-sided at 95%)."""
 DEFAULT_FUTILITY_LEVEL = 0.2
 """A pair stops once, labelled to the end, it would still flip in more than this share of fits (futility)."""
 RELIABILITY_PRIOR = (4.0, 1.0)
