@@ -1,7 +1,7 @@
 """Active MAD: which pair to label next, when a question needs no more votes, when the ranking is settled.
 
-Three pure rules the labelling queue and `mad simulate --policy active` share (issue 24; the contract is
-ACTIVE_INTERFACE.md, the design docs/architecture.md, Active sampling):
+Three pure rules the labelling queue and `mad simulate --policy active` share (issue 24; the design is
+docs/architecture.md, Active sampling):
 
 - Dynamic panels (Toloka's dynamic overlap; the one-coin model of Dawid & Skene 1979): a question is decided
   by its first ≥ 2 votes when they agree and the posterior of their answer reaches a confidence; any
