@@ -27,7 +27,7 @@ from app.labelling.models import (
     Vote,
 )
 from app.labelling.subsets import discard_item
-from app.labelling.types import AnnotatorStats, LabellingSettings
+from app.labelling.types import AnnotatorStats, LabellingSettings, early_votes
 from app.users.models import User
 from app.users.service import set_active
 
@@ -110,7 +110,7 @@ def redecide(*, db_session: Session, competition: LabellingSettings, image_ids: 
     for question in questions:
         if question.gold_answer is None:
             question.yes_votes, question.no_votes = counted.get(question.id, (0, 0))
-            rules.decide(question, competition.panel_size, now)
+            rules.decide(question, competition.panel_size, now, early_votes(competition))
     flags = dict(
         db_session.execute(
             select(DifficultyFlag.image_id, func.count())
@@ -126,7 +126,7 @@ def redecide(*, db_session: Session, competition: LabellingSettings, image_ids: 
     for item in items:
         item.flags = flags.get(item.image_id, 0)
         on_image = [question for question in questions if question.image_id == item.image_id]
-        item.needed = rules.needed(item.discarded, on_image, competition.panel_size)
+        item.needed = rules.needed(item.discarded, on_image, competition.panel_size, early_votes(competition))
         if not item.discarded and not item.kept and rules.too_difficult(item.flags, competition.panel_size):
             discard_item(db_session, competition, item)
     db_session.flush()
