@@ -72,6 +72,20 @@ def refresh_if_due(db_session: Session, competition_id: int) -> None:
         refresh(db_session, competition, counted=decided)
 
 
+def settled_now(db_session: Session, competition_id: int) -> bool:
+    """Whether the ranking is settled once the policy reruns on the questions decided since its last run
+    (if any were): what an annotator with nothing left in the queue is told (the last images may be
+    decided between two refreshes)."""
+    decided = db_session.scalar(
+        select(ActivePolicy.decided_since_refresh).where(ActivePolicy.competition_id == competition_id)
+    )
+    if not decided:
+        return False
+    competition = db_session.get_one(Competition, competition_id, populate_existing=True)
+    refresh(db_session, competition, counted=decided)
+    return competition.settled
+
+
 @dataclass(frozen=True)
 class OpenPairs:
     """Each stored pair's classifier indices among the ranked, and the images of it still open (selected,

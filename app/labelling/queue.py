@@ -12,7 +12,8 @@ app.labelling.statements.
 Under active sampling (issue 24) the queue's next image is the open one of highest priority (partly voted
 first, as ever), except for a uniform floor of picks in the order above; it never hands out a parked item
 (priority 0: all its pairs settled), and nothing at all once the policy found the ranking settled
-(app.labelling.policy refreshes the priorities).
+(app.labelling.policy refreshes the priorities). An annotator with nothing left is told `settled` if the
+policy, rerun on the questions decided since its last run, finds it so.
 """
 
 import random
@@ -28,6 +29,7 @@ from app.db.base import utcnow
 from app.db.statements import HotStatement
 from app.labelling.items import set_assignment
 from app.labelling.models import AssignmentStatus
+from app.labelling.policy import settled_now
 from app.labelling.statements import (
     ACTIVE_FLOOR_HEAD,
     ACTIVE_QUEUE_HEAD,
@@ -125,7 +127,11 @@ def next_item(
     ):
         return NextItem(None, "busy")
     any_skipped = ANY_ACTIVE_SKIPPED_FOR_USER if actively_sampled(competition) else ANY_SKIPPED_FOR_USER
-    return NextItem(None, "skipped" if db_session.scalar(any_skipped, skipped) else "finished")
+    if db_session.scalar(any_skipped, skipped):
+        return NextItem(None, "skipped")
+    if actively_sampled(competition) and settled_now(db_session, competition.id):
+        return NextItem(None, "settled")
+    return NextItem(None, "finished")
 
 
 def _queue_head(competition: LabellingSettings) -> HotStatement:

@@ -1,0 +1,104 @@
+"""Active sampling through the HTTP API (issue 24): the same small competition labelled by the same truthful
+annotators under uniform and under active sampling; the dynamic panel; the sampling setting."""
+
+from itertools import combinations
+
+import numpy as np
+from sqlalchemy import func, select
+
+from app.competitions.models import Competition, Sampling
+from app.labelling.models import LabelItem, Vote
+from app.labelling.subsets import store_pair_subset
+from tests.labelling.factories import LabellingCalls, add_classifiers, add_images, entries, users_with_tokens
+from tests.leaderboard.scenario import digits_competition
+
+K = 16
+ACCURACIES = (0.95, 0.7, 0.4, 0.1)
+"""Each classifier's chance of being right on an image of its pairs: a clear true order."""
+ANNOTATORS = 5
+
+
+def build(db_session, name: str, sampling: Sampling, images: int, k: int = K) -> tuple[Competition, dict]:
+    """Four classifiers, each pair with k new images of its own (labels zero and one; `images` seeds them),
+    whether each classifier is right on each image drawn from ACCURACIES (the same draws every time): the
+    competition, and the truth by image id as {class name: contains}."""
+    competition = digits_competition(db_session, name, k, sampling)
+    classifier_ids = add_classifiers(db_session, competition, len(ACCURACIES))
+    rng = np.random.default_rng(3)
+    truth = {}
+    for number, (a, b) in enumerate(combinations(range(len(ACCURACIES)), 2)):
+        image_ids = add_images(db_session, competition, k, seed=100_000 * images + 1000 * number)
+        for image_id in image_ids:
+            truth[image_id] = {"zero": rng.random() < ACCURACIES[a], "one": rng.random() < ACCURACIES[b]}
+        store_pair_subset(
+            db_session=db_session,
+            competition=competition,
+            classifier_a_id=classifier_ids[a],
+            classifier_b_id=classifier_ids[b],
+            entries=entries(image_ids, [(0, 1)] * k),
+        )
+    db_session.commit()
+    return competition, truth
+
+
+def label_all(client, db_session, competition: Competition, truth: dict, tokens: list[str]) -> set[str]:
+    """The annotators, in turn, take the next image and answer its questions truthfully until none is
+    given one; the statuses they were last told."""
+    image_of = dict(
+        db_session.execute(
+            select(LabelItem.id, LabelItem.image_id).where(LabelItem.competition_id == competition.id)
+        ).all()
+    )
+    calls = [LabellingCalls(client, competition.id, {"Authorization": f"Bearer {t}"}) for t in tokens]
+    last: dict[int, str] = {}
+    while True:
+        given = 0
+        for index, call in enumerate(calls):
+            reply = call.post("next")
+            last[index] = reply["status"]
+            if reply["status"] != "item":
+                continue
+            given += 1
+            item = reply["item"]
+            answers = [
+                {"question_id": q["question_id"], "answer": truth[image_of[item["item_id"]]][q["class_name"]]}
+                for q in item["questions"]
+            ]
+            call.post("answers", {"answers": answers})
+        if not given:
+            return set(last.values())
+
+
+def votes_of(db_session, competition: Competition) -> int:
+    """Votes stored in the competition."""
+    return db_session.scalar(select(func.count()).where(Vote.competition_id == competition.id))
+
+
+def ranks(client, competition: Competition) -> dict[str, tuple[int, int, int]]:
+    """(rank, low, high) of each classifier by its index in registration order, from the leaderboard API."""
+    board = client.get(f"/api/v1/competitions/{competition.id}/leaderboard").json()
+    order = sorted(board["classifiers"], key=lambda s: s["classifier_id"])
+    return {index: (s["mad_rank"], s["rank_low"], s["rank_high"]) for index, s in enumerate(order)}
+
+
+def test_active_sampling_settles_with_fewer_votes_and_the_full_ranking(client, db_session):
+    tokens = [token for _, token in users_with_tokens(db_session, "ann", ANNOTATORS)]
+    uniform, truth_u = build(db_session, "uniform", Sampling.uniform, images=1)
+    active, truth_a = build(db_session, "active", Sampling.active, images=2)
+    assert label_all(client, db_session, uniform, truth_u, tokens) == {"finished"}
+    assert label_all(client, db_session, active, truth_a, tokens) == {"settled"}
+    used, full = votes_of(db_session, active), votes_of(db_session, uniform)
+    assert used < 0.8 * full, (used, full)
+    full_ranks, active_ranks = ranks(client, uniform), ranks(client, active)
+    assert [full_ranks[i][0] for i in range(4)] == [active_ranks[i][0] for i in range(4)] == [1, 2, 3, 4]
+    for index, (rank, _, _) in full_ranks.items():
+        _, low, high = active_ranks[index]
+        assert low <= rank <= high
+    me = LabellingCalls(client, active.id, {"Authorization": f"Bearer {tokens[0]}"}).me()
+    assert me["settled"] is True and me["images_left"] == 0
+    board = client.get(f"/api/v1/competitions/{active.id}/leaderboard").json()
+    assert board["active"]["settled"] is True
+    assert board["active"]["votes_used"] == used
+    assert board["active"]["full_design_votes"] == 2 * 6 * K * 3
+    assert board["active"]["share_of_full_design"] == used / (2 * 6 * K * 3)
+    assert client.get(f"/api/v1/competitions/{uniform.id}/leaderboard").json()["active"] is None
