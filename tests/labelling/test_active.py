@@ -7,7 +7,7 @@ import numpy as np
 from sqlalchemy import func, select
 
 from app.competitions.models import Competition, Sampling
-from app.labelling.models import LabelItem, Vote
+from app.labelling.models import LabelItem, Question, Vote
 from app.labelling.subsets import store_pair_subset
 from tests.labelling.factories import LabellingCalls, add_classifiers, add_images, entries, users_with_tokens
 from tests.leaderboard.scenario import digits_competition
@@ -102,3 +102,76 @@ def test_active_sampling_settles_with_fewer_votes_and_the_full_ranking(client, d
     assert board["active"]["full_design_votes"] == 2 * 6 * K * 3
     assert board["active"]["share_of_full_design"] == used / (2 * 6 * K * 3)
     assert client.get(f"/api/v1/competitions/{uniform.id}/leaderboard").json()["active"] is None
+
+
+def answer_next_by(client, competition: Competition, tokens: list[str], answer: bool = True) -> list[tuple]:
+    """Each annotator in turn takes the next image and gives this answer to its questions; (item, reply)s."""
+    replies = []
+    for token in tokens:
+        call = LabellingCalls(client, competition.id, {"Authorization": f"Bearer {token}"})
+        item = call.post("next")["item"]
+        answers = [{"question_id": q["question_id"], "answer": answer} for q in item["questions"]]
+        replies.append((item["item_id"], call.post("answers", {"answers": answers})))
+    return replies
+
+
+def outcomes_of(db_session, item_id: int) -> list[bool | None]:
+    """The outcomes of the questions on an item's image."""
+    item = db_session.get(LabelItem, item_id)
+    return db_session.scalars(
+        select(Question.outcome).where(
+            Question.competition_id == item.competition_id, Question.image_id == item.image_id
+        )
+    ).all()
+
+
+def test_two_agreeing_votes_decide_under_active_sampling_and_a_majority_under_uniform(client, db_session):
+    tokens = [token for _, token in users_with_tokens(db_session, "ann", 3)]
+    uniform, _ = build(db_session, "uniform", Sampling.uniform, images=1, k=1)
+    active, _ = build(db_session, "active", Sampling.active, images=2, k=1)
+    active.annotator_reliability = 0.95  # as the policy estimates it from annotators who agree
+    db_session.commit()
+    replies = answer_next_by(client, active, tokens[:2])
+    assert replies[0][0] == replies[1][0]
+    assert [reply["annotators_needed"] for _, reply in replies] == [1, 0]
+    assert outcomes_of(db_session, replies[0][0]) == [True, True]
+    replies = answer_next_by(client, uniform, tokens[:2])
+    assert [reply["annotators_needed"] for _, reply in replies] == [2, 1]
+    assert outcomes_of(db_session, replies[0][0]) == [None, None]
+    ((item_id, reply),) = answer_next_by(client, uniform, tokens[2:])
+    assert item_id == replies[0][0] and reply["annotators_needed"] == 0
+    assert outcomes_of(db_session, item_id) == [True, True]
+
+
+def test_a_disagreement_or_an_unproven_panel_needs_the_majority_under_active_sampling(client, db_session):
+    tokens = [token for _, token in users_with_tokens(db_session, "ann", 2)]
+    unproven, _ = build(db_session, "unproven", Sampling.active, images=1, k=1)
+    replies = answer_next_by(client, unproven, tokens)
+    assert [reply["annotators_needed"] for _, reply in replies] == [2, 1]
+    split, _ = build(db_session, "split", Sampling.active, images=2, k=1)
+    split.annotator_reliability = 0.95
+    db_session.commit()
+    replies = answer_next_by(client, split, tokens[:1]) + answer_next_by(
+        client, split, tokens[1:], answer=False
+    )
+    assert [reply["annotators_needed"] for _, reply in replies] == [1, 2]
+    assert outcomes_of(db_session, replies[0][0]) == [None, None]
+
+
+def test_only_admins_choose_the_sampling_and_only_uniform_or_active(
+    client, db_session, competition, admin_headers, annotator_headers
+):
+    path = f"/api/v1/competitions/{competition.id}/labelling/sampling"
+    assert client.put(path, json={"sampling": "active"}, headers=annotator_headers).status_code == 403
+    assert client.put(path, json={"sampling": "bandit"}, headers=admin_headers).status_code == 422
+    assert client.put(path, json={}, headers=admin_headers).status_code == 422
+    read = client.get(f"/api/v1/competitions/{competition.id}", headers=admin_headers).json()
+    assert read["sampling"] == "uniform"
+    changed = client.put(path, json={"sampling": "active"}, headers=admin_headers)
+    assert changed.status_code == 200
+    assert changed.json() == {"sampling": "active", "settled": False, "annotator_reliability": 0.8}
+    read = client.get(f"/api/v1/competitions/{competition.id}", headers=admin_headers).json()
+    assert read["sampling"] == "active"
+    assert (
+        client.put(path, json={"sampling": "uniform"}, headers=admin_headers).json()["sampling"] == "uniform"
+    )
