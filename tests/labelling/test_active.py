@@ -9,7 +9,14 @@ from sqlalchemy import func, select
 from app.competitions.models import Competition, Sampling
 from app.labelling.models import LabelItem, Question, Vote
 from app.labelling.subsets import store_pair_subset
-from tests.labelling.factories import LabellingCalls, add_classifiers, add_images, entries, users_with_tokens
+from tests.labelling.factories import (
+    LabellingCalls,
+    add_classifiers,
+    add_images,
+    entries,
+    sign_in,
+    users_with_tokens,
+)
 from tests.leaderboard.scenario import digits_competition
 
 K = 16
@@ -102,6 +109,10 @@ def test_active_sampling_settles_with_fewer_votes_and_the_full_ranking(client, d
     assert board["active"]["full_design_votes"] == 2 * 6 * K * 3
     assert board["active"]["share_of_full_design"] == used / (2 * 6 * K * 3)
     assert client.get(f"/api/v1/competitions/{uniform.id}/leaderboard").json()["active"] is None
+    page = client.get(f"/competitions/{active.id}/leaderboard").text
+    assert "Active sampling: the ranking is <strong>settled</strong>" in page
+    assert f"Votes used: {used}, {100 * used / (2 * 6 * K * 3):.0f}% of the full design" in page
+    assert "Active sampling" not in client.get(f"/competitions/{uniform.id}/leaderboard").text
 
 
 def answer_next_by(client, competition: Competition, tokens: list[str], answer: bool = True) -> list[tuple]:
@@ -172,6 +183,9 @@ def test_only_admins_choose_the_sampling_and_only_uniform_or_active(
     assert changed.json() == {"sampling": "active", "settled": False, "annotator_reliability": 0.8}
     read = client.get(f"/api/v1/competitions/{competition.id}", headers=admin_headers).json()
     assert read["sampling"] == "active"
+    sign_in(client, "admin")
+    page = client.get(f"/admin/competitions/{competition.id}").text
+    assert 'name="sampling" value="uniform"' in page and "Go on to the full design (uniform)" in page
     assert (
         client.put(path, json={"sampling": "uniform"}, headers=admin_headers).json()["sampling"] == "uniform"
     )
