@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.special import ndtr, ndtri
 
 from app.core.ranking import (
     SCORE_DECIMALS,
@@ -115,6 +116,16 @@ def adjacent_flip(point: np.ndarray, flips: np.ndarray) -> np.ndarray:
     return neighbour
 
 
+FUTILITY = 0.2
+
+
+def projected_flip(flips: np.ndarray, labelled: np.ndarray, still_open: np.ndarray) -> np.ndarray:
+    """Φ(−z·√((n + o) / n)) with z = −Φ⁻¹(f): the flip probability once the o open images are labelled, if
+    the separation z keeps its size and its standard error shrinks as 1/√n (a futility bound)."""
+    z = -ndtri(np.clip(flips, 1e-9, 0.5))
+    return ndtr(-z * np.sqrt((labelled + np.maximum(still_open, 0)) / np.maximum(labelled, 1)))
+
+
 def active_policy(
     counts: PairCounts,
     open_images: np.ndarray,
@@ -138,8 +149,10 @@ def active_policy(
         raise ValueError(f"open_images must be {counts.n.shape}, got {open_images.shape}")
     point = perron_rank(dominance_matrix(pairwise_accuracy(counts, alpha))).scores
     flips = flip_probability(point, bootstrap_scores(counts, alpha, n_resamples, seed))
-    decided = (counts.n >= min_images) & (flips <= flip_level)
-    pair_settled = (open_images <= 0) | decided
+    enough = counts.n >= min_images
+    decided = enough & (flips <= flip_level)
+    futile = enough & (projected_flip(flips, counts.n, open_images) > FUTILITY)
+    pair_settled = (open_images <= 0) | decided | futile
     np.fill_diagonal(pair_settled, True)
     adjacent = adjacent_flip(point, flips)
     value = np.maximum(np.maximum(flips, 1.0 / n_resamples), np.maximum.outer(adjacent, adjacent))

@@ -8,27 +8,40 @@ on hard images as real classifiers' are). A right classifier names one of the pr
 names a class c drawn with P(c | y) ∝ exp(−d(y, c) / confusion_scale), so mistakes stay near the true
 class y in the hierarchy. Confidence is Beta(6, 1) when right and Beta(2, 2) when wrong.
 
-Every question (image, class) of the selected images is put once to a panel of annotators, each flipping
-the true answer with probability `noise`; the panel's majority decides (stopping once a strict majority
-agrees, as the service does, gives the same outcome as asking all of them).
+Every question (image, class) of the selected images is put to a panel of annotators, each vote flipping
+the true answer with probability `noise` (or, from a `careless` share of annotators, a fair coin). How the
+votes are asked is the labelling policy (app/core/simulate_labelling.py): `uniform`, the paper's strict
+majority of the full panel on every question; or `active`, Active MAD through the functions the service's
+queue calls. Each competition reports its SRCC with the true ranking, the votes cast, and whether each
+classifier's true rank lies in its 95% bootstrap rank interval (ranking.bootstrap_perron, the leaderboard's).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 from scipy.special import ndtri
 
+from app.core.active import DEFAULT_REFRESH_EVERY, DEFAULT_UNIFORM_FLOOR
 from app.core.analysis import CaseShares, case_shares, srcc
 from app.core.ranking import (
-    count_outcomes,
+    DEFAULT_ALPHA,
+    bootstrap_perron,
     dominance_matrix,
     pairwise_accuracy,
     perron_rank,
     ranks_from_scores,
 )
-from app.core.selection import select_all_pairs
+from app.core.selection import PairSelection, select_all_pairs
+from app.core.simulate_labelling import (
+    ActiveSettings,
+    LabellingDesign,
+    counts_of,
+    label_active,
+    label_uniform,
+    vote_streams,
+)
 from app.core.taxonomy import Taxonomy
 from app.core.taxonomy_sources import imagenet_1k
 
@@ -36,6 +49,7 @@ from app.core.taxonomy_sources import imagenet_1k
 TABLE_1_ACCURACIES = (0.8544, 0.8448, 0.8274, 0.8251, 0.8130, 0.7885, 0.7840, 0.7819, 0.7737, 0.7336, 0.7331)
 RIGHT_CONFIDENCE = (6.0, 1.0)  # Beta parameters of p(top-1) when the prediction is right
 WRONG_CONFIDENCE = (2.0, 2.0)  # ... and when it is wrong
+POLICIES = ("uniform", "active")
 
 
 @dataclass(frozen=True)
@@ -53,16 +67,25 @@ class SimulationConfig:
     second_object_rate: float = 0.005
     confusion_scale: float = 0.2
     difficulty_noise: float = 0.3
+    policy: str = "uniform"
+    careless: float = 0.0
+    interval_resamples: int = 1000
+    refresh_every: int = DEFAULT_REFRESH_EVERY
+    uniform_floor: float = DEFAULT_UNIFORM_FLOOR
 
 
 @dataclass(frozen=True)
 class SeedResult:
-    """One simulated competition: the recovered MAD ranks and their SRCC with the true ranks."""
+    """One simulated competition: the recovered MAD ranks, their SRCC with the true ranks, the votes cast,
+    and the 95% bootstrap rank intervals."""
 
     seed: int
     recovered_ranks: tuple[int, ...]
     srcc: float
     cases: CaseShares
+    votes: int
+    rank_low: tuple[int, ...]
+    rank_high: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -80,6 +103,19 @@ class SimulationStudy:
         """Median over seeds of SRCC(true ranks, recovered ranks)."""
         return float(np.median([result.srcc for result in self.results]))
 
+    @property
+    def votes_mean(self) -> float:
+        """Mean over seeds of the votes cast in one competition."""
+        return float(np.mean([result.votes for result in self.results]))
+
+    @property
+    def coverage(self) -> float:
+        """Share of (seed, classifier) whose true rank lies in its 95% bootstrap rank interval."""
+        true = np.array(self.true_ranks)
+        low = np.array([result.rank_low for result in self.results])
+        high = np.array([result.rank_high for result in self.results])
+        return float(np.mean((low <= true) & (true <= high)))
+
     def to_dict(self) -> dict:
         """A JSON-ready summary."""
         return {
@@ -93,11 +129,16 @@ class SimulationStudy:
                     "recovered_ranks": list(result.recovered_ranks),
                     "srcc": result.srcc,
                     "cases": asdict(result.cases),
+                    "votes": result.votes,
+                    "rank_low": list(result.rank_low),
+                    "rank_high": list(result.rank_high),
                 }
                 for result in self.results
             ],
             "srcc": [result.srcc for result in self.results],
             "srcc_median": self.srcc_median,
+            "votes_mean": self.votes_mean,
+            "coverage": self.coverage,
         }
 
 
@@ -157,17 +198,34 @@ def simulate_corpus(
     return SimulatedCorpus(first, second, labels.astype(np.int32), probs)
 
 
-def panel_answers(truth: np.ndarray, noise: float, panel_size: int, rng: np.random.Generator) -> np.ndarray:
-    """Majority of `panel_size` (odd) annotators who each flip the true yes/no with probability `noise`."""
-    if panel_size % 2 == 0:
-        raise ValueError("panel_size must be odd so that a strict majority always exists")
-    votes = truth[:, None] ^ (rng.random((len(truth), panel_size)) < noise)
-    return votes.sum(axis=1) * 2 > panel_size
+def labelling_design(
+    selections: dict[tuple[int, int], PairSelection], corpus: SimulatedCorpus, m: int, n_classes: int
+) -> LabellingDesign:
+    """The distinct questions (image, named class) of every pair's selected images, with their truth."""
+    pairs = tuple(selections)
+    asked_images = np.concatenate([np.r_[s.selected, s.selected] for s in selections.values()])
+    asked_classes = np.concatenate(
+        [np.r_[s.labels_i[: s.n_selected], s.labels_j[: s.n_selected]] for s in selections.values()]
+    )
+    questions, where = np.unique(asked_images * n_classes + asked_classes, return_inverse=True)
+    image, named = np.divmod(questions, n_classes)
+    truth = (corpus.first_object[image] == named) | (corpus.second_object[image] == named)
+    bounds = np.cumsum([2 * selections[pair].n_selected for pair in pairs])[:-1]
+    blocks = np.split(where, bounds)
+    return LabellingDesign(
+        m=m,
+        pairs=pairs,
+        questions_i=tuple(block[: len(block) // 2] for block in blocks),
+        questions_j=tuple(block[len(block) // 2 :] for block in blocks),
+        images=tuple(selections[pair].selected for pair in pairs),
+        truth=truth,
+    )
 
 
 def run_seed(taxonomy: Taxonomy, accuracies: np.ndarray, config: SimulationConfig, seed: int) -> SeedResult:
-    """One competition: corpus, Algorithm 1 on every pair, one panel answer per question, Perron rank."""
-    corpus_rng, panel_rng = np.random.default_rng(seed).spawn(2)
+    """One competition: corpus, Algorithm 1 on every pair, labelling under the policy, Perron rank and its
+    bootstrap intervals."""
+    corpus_rng, panel_rng, queue_rng = np.random.default_rng(seed).spawn(3)
     distance = taxonomy.distance_matrix()
     corpus = simulate_corpus(accuracies, distance, config, corpus_rng)
     selections = select_all_pairs(
@@ -179,24 +237,25 @@ def run_seed(taxonomy: Taxonomy, accuracies: np.ndarray, config: SimulationConfi
         max_per_label=config.max_per_label,
         reserve_size=0,
     )
-    asked_images = np.concatenate([np.r_[s.selected, s.selected] for s in selections.values()])
-    asked_classes = np.concatenate(
-        [np.r_[s.labels_i[: s.n_selected], s.labels_j[: s.n_selected]] for s in selections.values()]
-    )
-    questions, where = np.unique(asked_images * len(distance) + asked_classes, return_inverse=True)
-    image, named = np.divmod(questions, len(distance))
-    truth = (corpus.first_object[image] == named) | (corpus.second_object[image] == named)
-    answers = panel_answers(truth, config.noise, config.panel_size, panel_rng)[where]
-    outcomes, start = {}, 0
-    for pair, selection in selections.items():
-        size = selection.n_selected
-        outcomes[pair] = (answers[start : start + size], answers[start + size : start + 2 * size])
-        start += 2 * size
-    counts = count_outcomes(outcomes, len(accuracies))
+    design = labelling_design(selections, corpus, len(accuracies), len(distance))
+    streams = vote_streams(design.truth, config.noise, config.careless, config.panel_size, panel_rng)
+    if config.policy == "active":
+        settings = ActiveSettings(config.refresh_every, config.uniform_floor, DEFAULT_ALPHA)
+        labelling = label_active(design, streams, settings, queue_rng)
+    else:
+        labelling = label_uniform(design, streams)
+    counts = counts_of(design, labelling.answers)
     scores = perron_rank(dominance_matrix(pairwise_accuracy(counts))).scores
-    recovered = ranks_from_scores(scores)
+    recovered = ranks_from_scores(scores, counts.without_evidence)
+    intervals = bootstrap_perron(counts, n_resamples=config.interval_resamples, seed=seed)
     return SeedResult(
-        seed, tuple(recovered.tolist()), srcc(ranks_from_scores(accuracies), recovered), case_shares(counts)
+        seed,
+        tuple(recovered.tolist()),
+        srcc(ranks_from_scores(accuracies), recovered),
+        case_shares(counts),
+        labelling.votes,
+        tuple(intervals.rank_low.tolist()),
+        tuple(intervals.rank_high.tolist()),
     )
 
 
@@ -204,6 +263,10 @@ def run_study(config: SimulationConfig, taxonomy: Taxonomy | None = None) -> Sim
     """Seeds 0..config.seeds−1 of `run_seed` with Table-1-like accuracies; SRCC per seed and its median."""
     if config.classifiers < 2 or config.seeds < 1:
         raise ValueError("a study needs at least two classifiers and one seed")
+    if config.panel_size % 2 == 0:
+        raise ValueError("panel_size must be odd so that a strict majority always exists")
+    if config.policy not in POLICIES:
+        raise ValueError(f"policy must be one of {', '.join(POLICIES)}")
     taxonomy = imagenet_1k() if taxonomy is None else taxonomy
     accuracies = table_1_accuracies(config.classifiers)
     results = tuple(run_seed(taxonomy, accuracies, config, seed) for seed in range(config.seeds))
@@ -214,3 +277,24 @@ def run_study(config: SimulationConfig, taxonomy: Taxonomy | None = None) -> Sim
         true_ranks=tuple(ranks_from_scores(accuracies).tolist()),
         results=results,
     )
+
+
+def compare_policies(config: SimulationConfig, taxonomy: Taxonomy | None = None) -> dict:
+    """Both policies on the same seeds (same corpora, selections and vote streams): votes, SRCC, coverage."""
+    taxonomy = imagenet_1k() if taxonomy is None else taxonomy
+    active = run_study(replace(config, policy="active"), taxonomy)
+    uniform = run_study(replace(config, policy="uniform"), taxonomy)
+    return {
+        "config": {key: value for key, value in asdict(config).items() if key != "policy"},
+        "votes_active": active.votes_mean,
+        "votes_uniform": uniform.votes_mean,
+        "votes_ratio": active.votes_mean / uniform.votes_mean,
+        "srcc_median_active": active.srcc_median,
+        "srcc_median_uniform": uniform.srcc_median,
+        "coverage_active": active.coverage,
+        "coverage_uniform": uniform.coverage,
+        "srcc_active": [result.srcc for result in active.results],
+        "srcc_uniform": [result.srcc for result in uniform.results],
+        "votes_per_seed_active": [result.votes for result in active.results],
+        "votes_per_seed_uniform": [result.votes for result in uniform.results],
+    }

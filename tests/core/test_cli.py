@@ -61,3 +61,30 @@ def test_simulate_table():
     result = runner.invoke(cli, ["simulate", "--classifiers", "4", "--k", "10", "--seeds", "2"])
     assert result.exit_code == 0, result.output
     assert "true rank" in result.output and "median SRCC over 2 seeds" in result.output
+
+
+def test_simulate_compare_json_on_the_same_seeds():
+    arguments = ["simulate", "--compare", "--json", "--classifiers", "5", "--k", "12", "--seeds", "2"]
+    result = runner.invoke(cli, [*arguments, "--careless", "0.2", "--panel", "5", "--noise", "0.1"])
+    assert result.exit_code == 0, result.output
+    comparison = json.loads(result.output)
+    keys = ("votes", "srcc_median", "coverage")
+    assert {f"{key}_{policy}" for key in keys for policy in ("active", "uniform")} <= set(comparison)
+    assert comparison["votes_ratio"] == comparison["votes_active"] / comparison["votes_uniform"]
+    assert 0 < comparison["votes_active"] < comparison["votes_uniform"]
+    assert comparison["config"]["careless"] == 0.2 and comparison["config"]["seeds"] == 2
+    assert all(0 <= comparison[f"coverage_{policy}"] <= 1 for policy in ("active", "uniform"))
+
+
+def test_simulate_policy_and_panel_are_checked():
+    result = runner.invoke(cli, ["simulate", "--policy", "greedy"])
+    assert result.exit_code == 2 and "uniform, active" in result.output
+    assert runner.invoke(cli, ["simulate", "--panel", "4"]).exit_code == 2
+    result = runner.invoke(
+        cli, ["simulate", "--policy", "active", "--classifiers", "4", "--k", "10", "--seeds", "1"]
+    )
+    assert (
+        result.exit_code == 0
+        and "active labelling" in result.output
+        and "votes per competition" in result.output
+    )

@@ -15,6 +15,7 @@ from app.core.ranking import (
     pairwise_accuracy,
     perron_rank,
     rank_classifiers,
+    rank_confidence_sets,
     ranks_from_scores,
     win_rate,
 )
@@ -212,6 +213,41 @@ def test_bootstrap_of_unanimous_pairs_has_no_spread():
     assert intervals.score_low == pytest.approx(scores, abs=1e-12)
     assert intervals.score_high == pytest.approx(scores, abs=1e-12)
     assert intervals.rank_low.tolist() == intervals.rank_high.tolist() == [1, 2, 2]
+
+
+def test_rank_intervals_separate_what_the_differences_separate():
+    # Four classifiers far apart, except 1 and 2 whose pairs with everyone are identical (a tie).
+    gaps = {(0, 1): (2, 25, 1, 2), (0, 2): (2, 25, 1, 2), (0, 3): (2, 28, 0, 0), (1, 2): (5, 10, 10, 5)}
+    gaps |= {(1, 3): (2, 25, 1, 2), (2, 3): (2, 25, 1, 2)}
+    counts = count_outcomes({pair: outcomes_from_cases(*cases) for pair, cases in gaps.items()}, m=4)
+    intervals = bootstrap_perron(counts, n_resamples=400)
+    assert intervals.rank_low.tolist() == [1, 2, 2, 4] and intervals.rank_high.tolist() == [1, 3, 3, 4]
+
+
+def test_rank_confidence_sets_by_hand():
+    rng = np.random.default_rng(0)
+    point = np.array([0.4, 0.3, 0.2, 0.1])
+    # Bootstrap spread 0.01 per score: neighbours 0.1 apart are 7 standard deviations apart.
+    samples = point + 0.01 * rng.standard_normal((500, 4))
+    low, high = rank_confidence_sets(point, samples, 0.95, np.zeros(4, dtype=bool))
+    assert low.tolist() == [1, 2, 3, 4] and high.tolist() == [1, 2, 3, 4]
+    wide = point + 0.2 * rng.standard_normal((500, 4))
+    low, high = rank_confidence_sets(point, wide, 0.95, np.zeros(4, dtype=bool))
+    assert low.tolist() == [1, 1, 1, 1] and high.tolist() == [4, 4, 4, 4]
+    # A classifier without evidence is ranked after all others, whatever its scores.
+    low, high = rank_confidence_sets(point, samples, 0.95, np.array([True, False, False, False]))
+    assert low[1:].tolist() == [1, 2, 3] and high[1:].tolist() == [1, 2, 3]
+
+
+def test_rank_intervals_step_down_over_each_classifiers_own_differences():
+    rng = np.random.default_rng(1)
+    point = np.array([0.3, 0.27, 0.25, 0.18])
+    samples = point + 0.01 * rng.standard_normal((2000, 4))
+    low, high = rank_confidence_sets(point, samples, 0.95, np.zeros(4, dtype=bool))
+    # t(0, 1) = 0.03 / (0.01·√2) = 2.1, t(1, 2) = 1.4, the others ≥ 3.5. Classifier 0 rejects 2 and 3 at
+    # c ≈ 2.4 (max of three |t|), then 1 at c = 1.96 (one left): rank 1. Classifier 1 rejects only 3: its
+    # family {0, 2} keeps c ≈ 2.2 > 2.1, so it may still stand first. Both intervals are honest.
+    assert low.tolist() == [1, 1, 2, 4] and high.tolist() == [1, 3, 3, 4]
 
 
 def test_invalid_inputs():

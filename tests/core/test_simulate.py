@@ -9,12 +9,12 @@ from app.core.simulate import (
     TABLE_1_ACCURACIES,
     SimulationConfig,
     confusion_cdf,
-    panel_answers,
     run_study,
     sample_confusions,
     simulate_corpus,
     table_1_accuracies,
 )
+from app.core.simulate_labelling import strict_majority, vote_streams
 from app.core.taxonomy_sources import imagenet_1k
 
 DRAKE, COOT = "n01847000", "n02018207"
@@ -37,7 +37,17 @@ def test_study_is_deterministic_and_json_ready():
     config = SimulationConfig(classifiers=5, k=10, seeds=2, images=5000)
     first, again = run_study(config).to_dict(), run_study(config).to_dict()
     assert first == again
-    assert set(first) == {"config", "taxonomy", "accuracies", "true_ranks", "seeds", "srcc", "srcc_median"}
+    assert set(first) == {
+        "config",
+        "taxonomy",
+        "accuracies",
+        "true_ranks",
+        "seeds",
+        "srcc",
+        "srcc_median",
+        "votes_mean",
+        "coverage",
+    }
     assert first["config"]["k"] == 10 and len(first["seeds"]) == 2
 
 
@@ -55,12 +65,22 @@ def test_table_1_accuracies_interpolate_the_paper_range():
 def test_panel_majority_error_rate_is_binomial():
     rng = np.random.default_rng(0)
     truth = np.ones(200_000, dtype=bool)
-    assert panel_answers(truth, 0.0, 5, rng).all()
-    wrong = ~panel_answers(truth, 0.2, 5, rng)
+    assert strict_majority(vote_streams(truth, 0.0, 0.0, 5, rng))[0].all()
+    answers, cast = strict_majority(vote_streams(truth, 0.2, 0.0, 5, rng))
     # P(at least 3 of 5 flip) = 10·0.2³·0.8² + 5·0.2⁴·0.8 + 0.2⁵ = 0.05792
-    assert wrong.mean() == pytest.approx(0.05792, abs=0.002)
+    assert (~answers).mean() == pytest.approx(0.05792, abs=0.002)
+    # Votes stop at the third agreeing one: P(3 cast) = 0.8³ + 0.2³ = 0.52.
+    assert cast.min() == 3 and cast.max() == 5 and (cast == 3).mean() == pytest.approx(0.52, abs=0.005)
     with pytest.raises(ValueError, match="odd"):
-        panel_answers(truth, 0.1, 4, rng)
+        strict_majority(vote_streams(truth[:10], 0.1, 0.0, 4, rng))
+
+
+def test_careless_annotators_answer_at_random():
+    rng = np.random.default_rng(1)
+    votes = vote_streams(np.ones(100_000, dtype=bool), 0.05, 0.2, 5, rng)
+    # A vote is wrong with probability 0.8·0.05 + 0.2·0.5 = 0.14, independently of the others.
+    assert (~votes).mean() == pytest.approx(0.14, abs=0.003)
+    assert np.corrcoef(votes[:, 0], votes[:, 1])[0, 1] == pytest.approx(0.0, abs=0.01)
 
 
 def test_confusions_follow_the_hierarchy():
