@@ -180,8 +180,8 @@ def _write_priorities(
 
 
 def _reliability(db_session: Session, competition: Competition) -> float:
-    """annotator_reliability over counted votes on regular questions decided with at least a strict majority
-    of votes (votes that decided a question early agree with it by construction, and would inflate it)."""
+    """annotator_reliability over the counted votes on regular questions against their decided outcomes (as
+    ACTIVE_INTERFACE.md and `mad simulate` count them)."""
     agrees = Vote.answer == Question.outcome
     agreeing, disagreeing = db_session.execute(
         select(func.sum(case((agrees, 1), else_=0)), func.sum(case((agrees, 0), else_=1)))
@@ -191,7 +191,6 @@ def _reliability(db_session: Session, competition: Competition) -> float:
             Question.competition_id == competition.id,
             Question.outcome.is_not(None),
             Question.gold_answer.is_(None),
-            Question.yes_votes + Question.no_votes >= rules.majority(competition.panel_size),
             ~User.votes_excluded,
         )
     ).one()
