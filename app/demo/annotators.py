@@ -17,6 +17,8 @@ class LabellingTally:
 
     answers: int = 0
     noisy_answers: int = 0
+    recorded: int = 0
+    """Answers stored as votes (not those to questions decided meanwhile)."""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
 
@@ -32,7 +34,8 @@ def label_until_finished(
     tally: LabellingTally,
 ) -> None:
     """One annotator: take the next image, answer "does it contain ⟨class⟩?" truthfully except with
-    probability `noise`, submit, until the competition has nothing left for them."""
+    probability `noise`, submit, until the competition has nothing left for them (or, under active
+    sampling, nothing useful: its ranking is settled)."""
     rng = random.Random(seed)
     prefix = f"/api/v1/competitions/{competition_id}/labelling"
     with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
@@ -40,7 +43,7 @@ def label_until_finished(
             response = http.post(f"{prefix}/next")
             response.raise_for_status()
             body = response.json()
-            if body["status"] == "finished":
+            if body["status"] in ("finished", "settled"):
                 return
             if body["status"] == "busy":
                 time.sleep(BUSY_WAIT_S)
@@ -55,10 +58,12 @@ def label_until_finished(
                 answers.append(
                     {"question_id": question["question_id"], "answer": truth != noisy, "seconds": 1.0}
                 )
-            http.post(f"{prefix}/answers", json={"answers": answers}).raise_for_status()
+            stored = http.post(f"{prefix}/answers", json={"answers": answers})
+            stored.raise_for_status()
             with tally.lock:
                 tally.answers += len(answers)
                 tally.noisy_answers += flipped
+                tally.recorded += stored.json()["recorded"]
 
 
 def run_panel(
@@ -71,7 +76,8 @@ def run_panel(
     noise: float,
     seed: int,
 ) -> LabellingTally:
-    """Every simulated annotator labelling at once, one thread each, until all questions are decided."""
+    """Every simulated annotator labelling at once, one thread each, until all questions are decided (or the
+    ranking is settled, under active sampling)."""
     tally = LabellingTally()
     with ThreadPoolExecutor(len(tokens)) as pool:
         futures = [
