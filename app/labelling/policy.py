@@ -58,15 +58,15 @@ def count_decisions(db_session: Session, competition: LabellingSettings, decided
     return total is not None and total >= DEFAULT_REFRESH_EVERY
 
 
-def refresh_if_due(db_session: Session, competition_id: int) -> None:
-    """Rerun the policy if the competition still samples actively and DEFAULT_REFRESH_EVERY questions were
-    decided since the last run (another request's refresh may have run meanwhile)."""
+def refresh_if_due(db_session: Session, *, competition_id: int, due: int) -> None:
+    """Rerun the policy if the competition still samples actively and `due` questions were decided since
+    the last run (another request's refresh may have run meanwhile)."""
     lock_competition(db_session=db_session, competition_id=competition_id)
     decided = db_session.scalar(
         select(ActivePolicy.decided_since_refresh).where(ActivePolicy.competition_id == competition_id)
     )
     competition = db_session.get(Competition, competition_id, populate_existing=True)
-    if decided is None or decided < DEFAULT_REFRESH_EVERY:
+    if decided is None or decided < due:
         return
     if competition is not None and competition.sampling == Sampling.active:
         refresh(db_session, competition, counted=decided)
@@ -75,11 +75,17 @@ def refresh_if_due(db_session: Session, competition_id: int) -> None:
 def settled_now(db_session: Session, competition_id: int) -> bool:
     """Whether the ranking is settled once the policy reruns on the questions decided since its last run
     (if any were): what an annotator with nothing left in the queue is told (the last images may be
-    decided between two refreshes)."""
+    decided between two refreshes). Not while another refresh holds the competition's row: this request
+    may hold items that refresh waits for (it is then told so next time)."""
     decided = db_session.scalar(
         select(ActivePolicy.decided_since_refresh).where(ActivePolicy.competition_id == competition_id)
     )
     if not decided:
+        return False
+    free = db_session.scalar(
+        select(Competition.id).where(Competition.id == competition_id).with_for_update(skip_locked=True)
+    )
+    if free is None:
         return False
     competition = db_session.get_one(Competition, competition_id, populate_existing=True)
     refresh(db_session, competition, counted=decided)

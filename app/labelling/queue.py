@@ -88,7 +88,12 @@ def _label_set(db_session: Session, competition: LabellingSettings) -> LabelSet:
 
 
 def next_item(
-    *, db_session: Session, competition: LabellingSettings, user: Labeller, not_now: int | None = None
+    *,
+    db_session: Session,
+    competition: LabellingSettings,
+    user: Labeller,
+    not_now: int | None = None,
+    rerun_policy: bool = True,
 ) -> NextItem:
     """Lease the annotator an image to label: the one they hold, else a gold one with probability gold_rate,
     else the queue's next, else (nothing else open to them) a gold one they have not answered, else one they
@@ -98,7 +103,8 @@ def next_item(
     it still needs; partly-voted images first, then round-robin over the pairs (by position in each pair).
     The status says why there is none: `busy` (others hold what is left), `skipped` (only images they
     skipped are left), `finished`, `settled` (active sampling: the ranking is settled, nothing useful is
-    left). Under active sampling the queue's order is the policy's (module docstring).
+    left). Under active sampling the queue's order is the policy's (module docstring); with rerun_policy,
+    an annotator with nothing left makes it rerun on the questions decided since its last run.
     """
     if nothing_useful_left(competition):
         return NextItem(None, "settled")
@@ -129,7 +135,7 @@ def next_item(
     any_skipped = ANY_ACTIVE_SKIPPED_FOR_USER if actively_sampled(competition) else ANY_SKIPPED_FOR_USER
     if db_session.scalar(any_skipped, skipped):
         return NextItem(None, "skipped")
-    if actively_sampled(competition) and settled_now(db_session, competition.id):
+    if rerun_policy and actively_sampled(competition) and settled_now(db_session, competition.id):
         return NextItem(None, "settled")
     return NextItem(None, "finished")
 

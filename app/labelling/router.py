@@ -8,12 +8,14 @@ dependencies, are in admin_router.py.
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Annotated, TypeVar
 
 from fastapi import APIRouter, BackgroundTasks, Depends, Request
 from sqlalchemy.orm import Session
 
 from app.competitions.members import MEMBERS_ONLY
+from app.core.active import DEFAULT_REFRESH_EVERY
 from app.db.session import DatabaseStepsDep, SessionDep, in_one_thread
 from app.errors import Forbidden, NotFound
 from app.labelling import answers, policy, quality, queue
@@ -32,7 +34,7 @@ from app.labelling.schemas import (
     UndoRead,
 )
 from app.labelling.skip import skip_item
-from app.labelling.types import Answer, Labeller, LabellingSettings, nothing_useful_left
+from app.labelling.types import Answer, Labeller, LabellingSettings, actively_sampled, nothing_useful_left
 from app.labelling.undo import undo_last
 from app.users import service as users_service
 from app.users.auth import (
@@ -136,10 +138,17 @@ async def next_item(db_session: SessionDep, labelling: LabellingRequestDep) -> N
     return await labelling.run(db_session, lambda call: _lease_next(db_session, call))
 
 
-def _lease_next(db_session: Session, call: LabellingCall, not_now: int | None = None) -> NextItemRead:
-    """Lease the caller's next item (never item `not_now`); its API view."""
+def _lease_next(
+    db_session: Session, call: LabellingCall, not_now: int | None = None, rerun_policy: bool = True
+) -> NextItemRead:
+    """Lease the caller's next item (never item `not_now`; rerun_policy as queue.next_item); its API
+    view."""
     result = queue.next_item(
-        db_session=db_session, competition=call.competition, user=call.labeller, not_now=not_now
+        db_session=db_session,
+        competition=call.competition,
+        user=call.labeller,
+        not_now=not_now,
+        rerun_policy=rerun_policy,
     )
     return NextItemRead(status=result.status, item=None if result.item is None else ItemRead.of(result.item))
 
@@ -165,7 +174,7 @@ async def submit_answers(
     further labelling request of theirs in this competition is refused (403) until an admin decides; a streak
     of very fast answers or a long run of one answer is flagged for an admin to review. Under active sampling
     two or more agreeing votes of reliable annotators may decide a question before a majority, and once
-    enough questions are decided the policy reruns after the response."""
+    enough questions are decided (or the caller's queue ran dry) the policy reruns after the response."""
 
     def answer(call: LabellingCall) -> AnswersRead:
         result = answers.submit_answers(
@@ -174,15 +183,20 @@ async def submit_answers(
             user=call.labeller,
             answers=[Answer(a.question_id, a.answer, a.seconds) for a in body.answers],
         )
-        if result.refresh_due:
-            competition_id = call.competition.id
-            background.add_task(steps.run, lambda session: policy.refresh_if_due(session, competition_id))
+        leased = None
+        if body.next and result.paused is None:  # this transaction may hold the policy row: no rerun here
+            leased = _lease_next(db_session, call, rerun_policy=False)
+        ran_dry = leased is not None and leased.status == "finished" and actively_sampled(call.competition)
+        if result.refresh_due or ran_dry:
+            due = 1 if ran_dry else DEFAULT_REFRESH_EVERY
+            refresh = partial(policy.refresh_if_due, competition_id=call.competition.id, due=due)
+            background.add_task(steps.run, refresh)
         return AnswersRead(
             recorded=result.recorded,
             already_decided=result.already_decided,
             item_done=result.item_done,
             annotators_needed=result.annotators_needed,
-            next=_lease_next(db_session, call) if body.next and result.paused is None else None,
+            next=leased,
             paused=None if result.paused is None else quality.paused_message(result.paused),
         )
 

@@ -49,19 +49,21 @@ def build(db_session, name: str, sampling: Sampling, images: int, k: int = K) ->
 
 
 def label_all(client, db_session, competition: Competition, truth: dict, tokens: list[str]) -> set[str]:
-    """The annotators, in turn, take the next image and answer its questions truthfully until none is
-    given one; the statuses they were last told."""
+    """The annotators, in turn, take an image (the one their last answer brought, as the labelling page
+    does, else POST …/next) and answer its questions truthfully until none is given one; the statuses they
+    were last told."""
     image_of = dict(
         db_session.execute(
             select(LabelItem.id, LabelItem.image_id).where(LabelItem.competition_id == competition.id)
         ).all()
     )
     calls = [LabellingCalls(client, competition.id, {"Authorization": f"Bearer {t}"}) for t in tokens]
+    brought: dict[int, dict] = {}
     last: dict[int, str] = {}
     while True:
         given = 0
         for index, call in enumerate(calls):
-            reply = call.post("next")
+            reply = brought.pop(index, None) or call.post("next")
             last[index] = reply["status"]
             if reply["status"] != "item":
                 continue
@@ -71,7 +73,9 @@ def label_all(client, db_session, competition: Competition, truth: dict, tokens:
                 {"question_id": q["question_id"], "answer": truth[image_of[item["item_id"]]][q["class_name"]]}
                 for q in item["questions"]
             ]
-            call.post("answers", {"answers": answers})
+            following = call.post("answers", {"answers": answers, "next": True})["next"]
+            if following["status"] == "item":
+                brought[index] = following
         if not given:
             return set(last.values())
 
