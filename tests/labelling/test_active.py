@@ -7,7 +7,7 @@ import numpy as np
 from sqlalchemy import func, select
 
 from app.competitions.models import Competition, Sampling
-from app.labelling.models import LabelItem, Question, Vote
+from app.labelling.models import ActivePolicy, LabelItem, Question, Vote
 from app.labelling.subsets import store_pair_subset
 from tests.labelling.factories import (
     LabellingCalls,
@@ -117,6 +117,25 @@ def test_active_sampling_settles_with_fewer_votes_and_the_full_ranking(client, d
     assert "Active sampling: the ranking is <strong>settled</strong>" in page
     assert f"Votes used: {used}, {100 * used / (2 * 6 * K * 3):.0f}% of the full design" in page
     assert "Active sampling" not in client.get(f"/competitions/{uniform.id}/leaderboard").text
+    assert db_session.get(ActivePolicy, uniform.id) is None, "uniform sampling never counts decisions"
+
+
+def test_an_admin_goes_on_to_the_full_design_after_active_sampling_settled(client, db_session, admin_headers):
+    tokens = [token for _, token in users_with_tokens(db_session, "ann", ANNOTATORS)]
+    active, truth = build(db_session, "active", Sampling.active, images=2)
+    assert label_all(client, db_session, active, truth, tokens) == {"settled"}
+    used = votes_of(db_session, active)
+    path = f"/api/v1/competitions/{active.id}/labelling/sampling"
+    assert client.put(path, json={"sampling": "uniform"}, headers=admin_headers).status_code == 200
+    assert label_all(client, db_session, active, truth, tokens) == {"finished"}
+    assert votes_of(db_session, active) > used
+    decided = db_session.execute(
+        select(Question.yes_votes, Question.no_votes).where(Question.competition_id == active.id)
+    ).all()
+    assert all(yes + no >= 2 for yes, no in decided), "every question of every selected image is decided"
+    board = client.get(f"/api/v1/competitions/{active.id}/leaderboard").json()
+    assert board["active"] is None
+    assert sum(s["labelled_images"] for s in board["classifiers"]) == 2 * 6 * K
 
 
 def answer_next_by(client, competition: Competition, tokens: list[str], answer: bool = True) -> list[tuple]:
