@@ -12,11 +12,13 @@ ACTIVE_INTERFACE.md, the design docs/architecture.md, Active sampling):
   interval decides its place; Mohankumar & Khapra 2022, "Active Evaluation": spend judgements only on the
   comparisons that can still change the ranking): the bootstrap of the Perron scores gives, for each pair,
   the probability that its order flips; a pair stops once that probability is small after a minimum number
-  of images, or when it has no open image; the competition is settled once every pair has stopped.
+  of images, once labelling the rest of its images could not make it small (futility), or when it has no
+  open image; the competition is settled once every pair has stopped.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,10 +39,14 @@ DEFAULT_UNIFORM_FLOOR = 0.1
 """Share of next-item picks that ignore the priorities (uniform order), so that no open pair starves."""
 DEFAULT_EARLY_CONFIDENCE = 0.99
 """Posterior an answer needs to be decided before a full majority."""
-DEFAULT_MIN_IMAGES = 10
-"""Labelled images a pair needs before its bootstrap may stop it (a floor against early luck)."""
-DEFAULT_FLIP_LEVEL = 0.025
-"""A pair stops once its order flips in at most this share of bootstrap fits (one tail of a 95% interval)."""
+DEFAULT_MIN_IMAGES = 15
+"""Labelled images a pair needs before its bootstrap may stop it (a floor against early luck): the
+leaderboard's STABLE_K (paper Fig. 5: rankings settle once k > 15), so a stopped pair is never provisional
+for want of images."""
+DEFAULT_FLIP_LEVEL = 0.05
+"""A pair stops once its order flips in at most this share of bootstrap fits (decided one-sided at 95%)."""
+DEFAULT_FUTILITY_LEVEL = 0.2
+"""A pair stops once, labelled to the end, it would still flip in more than this share of fits (futility)."""
 RELIABILITY_PRIOR = (4.0, 1.0)
 """Beta(a0, b0) prior on an annotator's accuracy: mean 0.8 worth 5 votes, so that 2 agreeing votes decide
 nothing until the votes have shown the annotators to be better than that."""
@@ -116,9 +122,6 @@ def adjacent_flip(point: np.ndarray, flips: np.ndarray) -> np.ndarray:
     return neighbour
 
 
-FUTILITY = 0.2
-
-
 def projected_flip(flips: np.ndarray, labelled: np.ndarray, still_open: np.ndarray) -> np.ndarray:
     """Φ(−z·√((n + o) / n)) with z = −Φ⁻¹(f): the flip probability once the o open images are labelled, if
     the separation z keeps its size and its standard error shrinks as 1/√n (a futility bound)."""
@@ -135,14 +138,18 @@ def active_policy(
     seed: int = 0,
     min_images: int = DEFAULT_MIN_IMAGES,
     flip_level: float = DEFAULT_FLIP_LEVEL,
+    futility_level: float = DEFAULT_FUTILITY_LEVEL,
 ) -> PolicyDecision:
-    """Stop a pair once n_ij ≥ `min_images` and f_ij ≤ `flip_level`, or when no image of it is open; else
-    priority_ij = max(f_ij, f_i, f_j, 1/R) / (n_ij + 1), f_i the adjacent flip of i (R = resamples).
+    """Stop pair (i, j) when no image of it is open; once n_ij ≥ `min_images` and f_ij ≤ `flip_level` (its
+    order is decided, Heckel et al. 2018); or for futility, once n_ij ≥ max(`min_images`, open_ij) (half
+    its images labelled, the usual interim look of group-sequential designs) and `projected_flip` >
+    `futility_level`. Else priority_ij = max(f_ij, f_i, f_j, 1/R) / (n_ij + 1), f_i the adjacent flip of i.
 
     f from `flip_probability` over R bootstrap fits of the Perron scores (ranking.bootstrap_scores): the
     chance that the pair's order or an adjacent rank flips (issue 24, item 1), scaled by the share 1/(n + 1)
     by which one more image shrinks the variance of the pair's accuracies. The 1/R floor keeps every open,
-    unstopped pair above 0 so that the queue never parks a pair the stop rule still waits for.
+    unstopped pair above 0 so that the queue never parks a pair the stop rule still waits for. The ranking
+    is settled when every pair has stopped.
     """
     open_images = np.asarray(open_images)
     if open_images.shape != counts.n.shape:
@@ -151,7 +158,9 @@ def active_policy(
     flips = flip_probability(point, bootstrap_scores(counts, alpha, n_resamples, seed))
     enough = counts.n >= min_images
     decided = enough & (flips <= flip_level)
-    futile = enough & (projected_flip(flips, counts.n, open_images) > FUTILITY)
+    futile = (counts.n >= np.maximum(min_images, open_images)) & (
+        projected_flip(flips, counts.n, open_images) > futility_level
+    )
     pair_settled = (open_images <= 0) | decided | futile
     np.fill_diagonal(pair_settled, True)
     adjacent = adjacent_flip(point, flips)
@@ -163,3 +172,9 @@ def active_policy(
         (int(upper[0][index]), int(upper[1][index])) for index in ranked if priority[upper][index] > 0
     )
     return PolicyDecision(priority, pair_settled, bool(pair_settled.all()), informative)
+
+
+def image_priority(priority: np.ndarray, pairs: Iterable[tuple[int, int]]) -> float:
+    """Σ over the image's open pairs (i, j) of priority[i, j]: one label item decides its questions for every
+    pair that selected it, so its value is the sum of theirs (0 parks it: all its pairs have stopped)."""
+    return float(sum(priority[i, j] for i, j in pairs))

@@ -11,7 +11,7 @@ measures the policies, not the draws.
 - `active` (app/core/active.py, as the service's queue runs it): an image is one queue item; a question is
   decided by `decided_early` with the current annotator reliability or else by the strict majority; every
   `refresh_every` decided questions the reliability (`annotator_reliability` over all votes against their
-  decided outcomes) and `active_policy` are recomputed, an image's priority being the largest of its pairs'
+  decided outcomes) and `active_policy` are recomputed, an image's priority being `image_priority`
   (1 until the first refresh); the next image is the highest priority (then position in its pairs'
   selections, then a random tie-break), or with probability `uniform_floor` the first unparked image in
   that uniform order. Labelling stops when the policy says the ranking is settled or nothing is open.
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.core.active import active_policy, annotator_reliability, decided_early
+from app.core.active import active_policy, annotator_reliability, decided_early, image_priority
 from app.core.ranking import PairCounts
 
 UNDECIDED = -1
@@ -144,8 +144,10 @@ class _Queue:
         self.reliability = annotator_reliability(self.agreeing, self.disagreeing)
         counts = counts_of(self.design, self.answers)
         decision = active_policy(counts, self.open_images(), alpha=settings.alpha, seed=seed)
-        pair_priority = np.array([decision.priority[pair] for pair in self.design.pairs])
-        self.priority = np.array([pair_priority[pairs].max() for pairs in self.pairs_of])
+        pairs = self.design.pairs
+        self.priority = np.array(
+            [image_priority(decision.priority, [pairs[index] for index in of]) for of in self.pairs_of]
+        )
         self.priority_order = np.lexsort((self.shuffle, self.spread, -self.priority))
         return decision.settled
 

@@ -9,7 +9,8 @@ from app.jobs.schemas import PairSelectionRead
 
 
 class BootstrapSettings(BaseModel):
-    """How the intervals were made: percentile bootstrap over each pair's labelled images, seeded."""
+    """How the intervals were made: a seeded bootstrap over each pair's labelled images; percentile intervals
+    for scores, step-down simultaneous tests of score differences for ranks (docs/architecture.md)."""
 
     n_resamples: int
     level: float = Field(description="Coverage of the intervals, e.g. 0.95.")
@@ -29,8 +30,8 @@ class ClassifierStanding(BaseModel):
     )
     score_low: float
     score_high: float
-    rank_low: int = Field(description="Best rank of the bootstrap interval.")
-    rank_high: int = Field(description="Worst rank of the bootstrap interval.")
+    rank_low: int = Field(description="Best rank of the 95% rank interval: 1 + those surely better.")
+    rank_high: int = Field(description="Worst rank of the 95% rank interval: 1 + those not surely worse.")
     provisional: bool = Field(description="The rank is not settled yet (see provisional_rule).")
     no_rank: str | None = Field(
         default=None,

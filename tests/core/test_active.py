@@ -10,6 +10,8 @@ from app.core.active import (
     annotator_reliability,
     decided_early,
     flip_probability,
+    image_priority,
+    projected_flip,
 )
 from app.core.ranking import PairCounts, count_outcomes
 
@@ -72,11 +74,29 @@ def test_pairs_without_open_images_are_settled_with_priority_zero():
 
 
 def test_a_clearly_separated_ranking_settles_and_a_tied_one_does_not():
-    open_images = np.full((5, 5), 10)
-    clear = active_policy(separated_counts(5, 30, 0.2), open_images, n_resamples=100)
+    clear = active_policy(separated_counts(5, 30, 0.2), np.full((5, 5), 10), n_resamples=100)
     assert clear.settled and clear.informative_pairs == () and not clear.priority.any()
-    tied = active_policy(separated_counts(5, 30, 0.0), open_images, n_resamples=100)
-    assert not tied.settled and len(tied.informative_pairs) == 10
+    tied = active_policy(separated_counts(5, 20, 0.0), np.full((5, 5), 25), n_resamples=100)
+    assert (
+        not tied.settled
+        and len(tied.informative_pairs) == 10
+        and np.all(tied.priority[~np.eye(5, dtype=bool)] > 0)
+    )
+
+
+def test_a_tie_stops_for_futility_once_half_its_images_are_labelled():
+    counts = separated_counts(3, 20, 0.0)
+    assert not active_policy(counts, np.full((3, 3), 21), n_resamples=50).settled
+    assert active_policy(counts, np.full((3, 3), 20), n_resamples=50).settled
+    # A clear but not yet decided lead is not futile: labelling the rest would decide it.
+    assert projected_flip(np.array(0.1), np.array(15), np.array(15)) < 0.05
+    assert projected_flip(np.array(0.5), np.array(15), np.array(1000)) == 0.5
+
+
+def test_an_image_is_worth_the_sum_of_its_pairs():
+    priority = np.array([[0.0, 0.2, 0.1], [0.2, 0.0, 0.0], [0.1, 0.0, 0.0]])
+    assert image_priority(priority, [(0, 1), (0, 2)]) == pytest.approx(0.3)
+    assert image_priority(priority, [(1, 2)]) == 0 and image_priority(priority, []) == 0
 
 
 def test_too_few_images_keep_a_pair_open_however_clear():

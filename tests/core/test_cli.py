@@ -71,7 +71,9 @@ def test_simulate_compare_json_on_the_same_seeds():
     keys = ("votes", "srcc_median", "coverage")
     assert {f"{key}_{policy}" for key in keys for policy in ("active", "uniform")} <= set(comparison)
     assert comparison["votes_ratio"] == comparison["votes_active"] / comparison["votes_uniform"]
-    assert 0 < comparison["votes_active"] < comparison["votes_uniform"]
+    # One careless annotator in five: 3 agreeing votes are needed, a strict majority anyway, and no pair
+    # of 12 images reaches the 15 a stop needs, so active labels everything as uniform does.
+    assert 0 < comparison["votes_active"] == comparison["votes_uniform"]
     assert comparison["config"]["careless"] == 0.2 and comparison["config"]["seeds"] == 2
     assert all(0 <= comparison[f"coverage_{policy}"] <= 1 for policy in ("active", "uniform"))
 

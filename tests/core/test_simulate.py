@@ -8,6 +8,7 @@ import pytest
 from app.core.simulate import (
     TABLE_1_ACCURACIES,
     SimulationConfig,
+    compare_policies,
     confusion_cdf,
     run_study,
     sample_confusions,
@@ -113,3 +114,36 @@ def test_simulated_classifiers_have_their_accuracy():
 def test_rejects_a_study_of_one():
     with pytest.raises(ValueError, match="two classifiers"):
         run_study(SimulationConfig(classifiers=1))
+
+
+def test_active_policy_spends_fewer_votes_for_a_ranking_as_good():
+    config = SimulationConfig(classifiers=6, k=20, seeds=3, images=8000, interval_resamples=200)
+    active = run_study(replace(config, policy="active"))
+    uniform = run_study(config)
+    assert active.votes_mean < 0.8 * uniform.votes_mean
+    assert active.srcc_median >= uniform.srcc_median - 0.1 and active.srcc_median >= 0.9
+
+
+def test_coverage_counts_true_ranks_inside_their_intervals():
+    study = run_study(SimulationConfig(classifiers=4, k=10, seeds=2, images=5000, interval_resamples=100))
+    inside = [
+        low <= true <= high
+        for result in study.results
+        for true, low, high in zip(study.true_ranks, result.rank_low, result.rank_high, strict=True)
+    ]
+    assert study.coverage == sum(inside) / 8
+    assert all(
+        1 <= low <= high <= 4
+        for result in study.results
+        for low, high in zip(result.rank_low, result.rank_high, strict=True)
+    )
+
+
+def test_compare_policies_runs_both_on_the_same_seeds():
+    comparison = compare_policies(
+        SimulationConfig(classifiers=4, k=10, seeds=2, images=5000, interval_resamples=100)
+    )
+    assert comparison["votes_ratio"] == comparison["votes_active"] / comparison["votes_uniform"]
+    assert len(comparison["srcc_active"]) == len(comparison["srcc_uniform"]) == 2
+    with pytest.raises(ValueError, match="policy"):
+        run_study(SimulationConfig(policy="greedy"))
