@@ -147,8 +147,8 @@ class LabelItem(Base):
     left to ask, or the image is discarded); it caps the concurrent leases and orders the queue (partly-voted
     images first). spread: the image's position in its pairs' selections, so every pair advances together.
     shuffle: a random tie-break fixed at creation. priority: under active sampling, the policy's value of
-    one more image of its most informative pair, at the last refresh (0: all its pairs settled, the item is
-    parked; 1 until a refresh has ranked it). flags: counted difficulty flags. kept: an admin overturned
+    one more image of its pairs, summed, at the last refresh (0: all its pairs settled, the item is parked;
+    1 until a refresh has ranked it). flags: counted difficulty flags. kept: an admin overturned
     its discard or its not-a-natural-photo flags, so flags no longer discard it.
     """
 

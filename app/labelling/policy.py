@@ -3,11 +3,11 @@ app.core.active reruns, what it writes for the queue, and what settling cost.
 
 Every answer that decides questions adds them to the competition's count (count_decisions, one upsert);
 once DEFAULT_REFRESH_EVERY are decided, the policy reruns after the response (refresh_if_due): on the
-pairs' labelled outcomes and open images it gives each label item the priority of its best pair (normalised
-to at most 1; 0 parks the item), the annotators' reliability (which may let fewer agreeing votes decide a
-question) and whether the ranking is settled (the queue then offers nothing more). Uniform competitions
-never reach any of this. Locks: the competition's row, then its items in id order, then its policy row
-(a submit holds an item, then the policy row), so that none waits in a cycle.
+pairs' labelled outcomes and open images it gives each label item the sum of its open pairs' priorities
+(normalised to at most 1; 0 parks the item), the annotators' reliability (which may let fewer agreeing
+votes decide a question) and whether the ranking is settled (the queue then offers nothing more). Uniform
+competitions never reach any of this. Locks: the competition's row, then its items in id order, then its
+policy row (a submit holds an item, then the policy row), so that none waits in a cycle.
 """
 
 from collections import defaultdict
@@ -21,7 +21,13 @@ from app.classifiers.enums import ClassifierStatus
 from app.classifiers.service import list_classifiers
 from app.competitions.models import Competition, Sampling
 from app.competitions.service import lock_competition
-from app.core.active import DEFAULT_REFRESH_EVERY, PolicyDecision, active_policy, annotator_reliability
+from app.core.active import (
+    DEFAULT_REFRESH_EVERY,
+    PolicyDecision,
+    active_policy,
+    annotator_reliability,
+    image_priority,
+)
 from app.core.ranking import count_outcomes
 from app.db.base import utcnow
 from app.db.statements import conflict_insert
@@ -168,16 +174,17 @@ def _open_pairs(
 def _write_priorities(
     db_session: Session, competition: Competition, pairs: OpenPairs, priority: np.ndarray
 ) -> None:
-    """Each item's priority: max over its open pairs of priority[i, j], over the largest (0 parks it);
-    written in id order where it changed."""
-    top = float(priority.max()) if priority.size else 0.0
-    changed = []
-    for item_id, image_id, old in db_session.execute(
+    """Each item's priority: image_priority over its open pairs (the sum of their priority[i, j]), over the
+    largest item's (0 parks it); written in id order where it changed."""
+    items = db_session.execute(
         select(LabelItem.id, LabelItem.image_id, LabelItem.priority)
         .where(LabelItem.competition_id == competition.id)
         .order_by(LabelItem.id)
-    ):
-        value = max((float(priority[i, j]) for i, j in pairs.pairs_of_image.get(image_id, ())), default=0.0)
+    ).all()
+    values = [image_priority(priority, pairs.pairs_of_image.get(image_id, ())) for _, image_id, _ in items]
+    top = max(values, default=0.0)
+    changed = []
+    for (item_id, _, old), value in zip(items, values, strict=True):
         new = value / top if top > 0 else 0.0
         if new != old:
             changed.append({"id": item_id, "priority": new})

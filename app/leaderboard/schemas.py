@@ -111,8 +111,9 @@ class ActiveSamplingRead(BaseModel):
 
     settled: bool = Field(
         description="The policy's stop rule holds at its last run: every pair is decided by its bootstrap "
-        "(order flips in at most 2.5% of fits after 10 images) or has no image left; the queue then offers "
-        "nothing more. While false, every classifier is provisional."
+        "(docs/architecture.md, Active sampling: its order reversed in few refits once it has enough "
+        "images), hopeless to decide, or without images left; the queue then offers nothing more. While "
+        "false, every classifier is provisional."
     )
     status: str = Field(description="`settled` or `provisional`, as `settled` says.")
     votes_used: int = Field(description="Votes stored on the competition's regular questions.")

@@ -3,7 +3,7 @@
 competitions.sampling: uniform (the paper's queue; every existing competition) or active;
 competitions.annotator_reliability and settled: the annotators' accuracy and whether the ranking was
 settled at the policy's last refresh (null and false so far). label_items.priority: the policy's value of
-one more image of the item's best pair (1 until ranked, 0 parked), with the active queue's index.
+one more image of the item's pairs (1 until ranked, 0 parked), with the active queue's index.
 active_policies: decided questions since the last refresh, and the last decision.
 
 Columns are added and dropped in place (ALTER TABLE … ADD / DROP COLUMN, SQLite ≥ 3.35 included), not by

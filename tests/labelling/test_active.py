@@ -19,7 +19,7 @@ from tests.labelling.factories import (
 )
 from tests.leaderboard.scenario import digits_competition
 
-K = 16
+K = 24
 ACCURACIES = (0.95, 0.7, 0.4, 0.1)
 """Each classifier's chance of being right on an image of its pairs: a clear true order."""
 ANNOTATORS = 5
