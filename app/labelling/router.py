@@ -283,17 +283,14 @@ async def my_stats(db_session: SessionDep, labelling: LabellingRequestDep) -> My
         (stats,) = annotator_stats(
             db_session=db_session, competition=call.competition, user_ids=[call.labeller.id]
         )
-        settled = nothing_useful_left(call.competition)
         return MyStatsRead(
             answered_today=stats.answered_today,
             answered_total=stats.answered_total,
             flagged=stats.flagged,
-            images_left=0
-            if settled
-            else images_left(
+            images_left=images_left(
                 db_session=db_session, user_id=call.labeller.id, competition_id=call.competition.id
             ).get(call.competition.id, 0),
-            settled=settled,
+            settled=nothing_useful_left(call.competition),
         )
 
     return await labelling.run(db_session, progress)
