@@ -212,3 +212,14 @@ def test_only_admins_choose_the_sampling_and_only_uniform_or_active(
     assert (
         client.put(path, json={"sampling": "uniform"}, headers=admin_headers).json()["sampling"] == "uniform"
     )
+
+
+def test_switching_to_active_before_any_label_asks_about_every_pair(client, db_session, admin_headers):
+    built, _ = build(db_session, "built", Sampling.uniform, images=1, k=2)
+    path = f"/api/v1/competitions/{built.id}/labelling/sampling"
+    changed = client.put(path, json={"sampling": "active"}, headers=admin_headers).json()
+    assert changed["sampling"] == "active" and changed["settled"] is False, "no label yet settles nothing"
+    priorities = db_session.scalars(
+        select(LabelItem.priority).where(LabelItem.competition_id == built.id)
+    ).all()
+    assert len(priorities) == 12 and all(0 < priority <= 1 for priority in priorities)
