@@ -20,7 +20,6 @@ from sqlalchemy.orm import Session
 from app.classifiers.enums import ClassifierStatus
 from app.classifiers.service import list_classifiers
 from app.competitions.models import Competition, Sampling
-from app.competitions.service import lock_competition
 from app.core.active import (
     DEFAULT_REFRESH_EVERY,
     PolicyDecision,
@@ -67,7 +66,7 @@ def count_decisions(db_session: Session, competition: LabellingSettings, decided
 def refresh_if_due(db_session: Session, *, competition_id: int, due: int) -> None:
     """Rerun the policy if the competition still samples actively and `due` questions were decided since
     the last run (another request's refresh may have run meanwhile)."""
-    lock_competition(db_session=db_session, competition_id=competition_id)
+    _lock_policy(db_session, competition_id)
     decided = db_session.scalar(
         select(ActivePolicy.decided_since_refresh).where(ActivePolicy.competition_id == competition_id)
     )
@@ -76,6 +75,16 @@ def refresh_if_due(db_session: Session, *, competition_id: int, due: int) -> Non
         return
     if competition is not None and competition.sampling == Sampling.active:
         refresh(db_session, competition, counted=decided)
+
+
+def _lock_policy(db_session: Session, competition_id: int, skip_locked: bool = False) -> bool:
+    """Serialise the policy's runs on a competition: its row FOR NO KEY UPDATE, which the foreign-key
+    checks of labelling's inserts (FOR KEY SHARE: votes, the policy row) do not wait for, nor it for them
+    (a FOR UPDATE deadlocked with them on Postgres). Whether it is held (skip_locked: not if another run
+    holds it)."""
+    statement = select(Competition.id).where(Competition.id == competition_id)
+    locked = statement.with_for_update(key_share=True, skip_locked=skip_locked)
+    return db_session.scalar(locked) is not None
 
 
 def settled_now(db_session: Session, competition_id: int) -> bool:
@@ -88,10 +97,7 @@ def settled_now(db_session: Session, competition_id: int) -> bool:
     )
     if not decided:
         return False
-    free = db_session.scalar(
-        select(Competition.id).where(Competition.id == competition_id).with_for_update(skip_locked=True)
-    )
-    if free is None:
+    if not _lock_policy(db_session, competition_id, skip_locked=True):
         return False
     competition = db_session.get_one(Competition, competition_id, populate_existing=True)
     refresh(db_session, competition, counted=decided)
@@ -111,7 +117,7 @@ class OpenPairs:
 def refresh(db_session: Session, competition: Competition, counted: int = 0) -> PolicyDecision | None:
     """Rerun the policy (module docstring) and write its decision; `counted`: the decided questions it
     answers for, taken off the count. None when fewer than two classifiers have pairs."""
-    lock_competition(db_session=db_session, competition_id=competition.id)
+    _lock_policy(db_session, competition.id)
     before = early_votes(competition)
     by_pair = pair_outcomes(db_session=db_session, competition=competition)
     pairs = _open_pairs(db_session, competition, by_pair)
@@ -293,7 +299,7 @@ def active_cost(db_session: Session, competition_id: int, panel_size: int) -> Ac
 def set_sampling(db_session: Session, competition: Competition, sampling: Sampling) -> None:
     """Switch a competition's sampling: to active, the policy runs at once; to uniform (the paper's full
     protocol), every open item needs a strict majority again (questions decided early stay decided)."""
-    lock_competition(db_session=db_session, competition_id=competition.id)
+    _lock_policy(db_session, competition.id)
     if competition.sampling == sampling:
         return
     competition.sampling = sampling
