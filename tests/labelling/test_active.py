@@ -1,8 +1,11 @@
 """Active sampling through the HTTP API (issue 24): the same small competition labelled by the same truthful
 annotators under uniform and under active sampling; the dynamic panel; the sampling setting."""
 
+import time
+from concurrent.futures import ThreadPoolExecutor
 from itertools import combinations
 
+import httpx
 import numpy as np
 from sqlalchemy import func, select
 
@@ -223,3 +226,48 @@ def test_switching_to_active_before_any_label_asks_about_every_pair(client, db_s
         select(LabelItem.priority).where(LabelItem.competition_id == built.id)
     ).all()
     assert len(priorities) == 12 and all(0 < priority <= 1 for priority in priorities)
+
+
+def label_concurrently(url: str, competition_id: int, truth: dict, image_of: dict, token: str) -> str:
+    """One annotator labelling truthfully through real HTTP, the next image brought by each answer, until
+    none is given; the status then (a 5xx, a deadlock's, raises)."""
+    headers = {"Authorization": f"Bearer {token}"}
+    prefix = f"/api/v1/competitions/{competition_id}/labelling"
+    with httpx.Client(base_url=url, headers=headers, timeout=60) as http:
+        reply = http.post(f"{prefix}/next").raise_for_status().json()
+        while reply["status"] in ("item", "busy"):
+            if reply["status"] == "busy":
+                time.sleep(0.02)
+                reply = http.post(f"{prefix}/next").raise_for_status().json()
+                continue
+            item = reply["item"]
+            answers = [
+                {"question_id": q["question_id"], "answer": truth[image_of[item["item_id"]]][q["class_name"]]}
+                for q in item["questions"]
+            ]
+            body = {"answers": answers, "next": True}
+            reply = http.post(f"{prefix}/answers", json=body).raise_for_status().json()["next"]
+        return http.post(f"{prefix}/next").raise_for_status().json()["status"]
+
+
+def test_annotators_labelling_at_once_settle_an_active_competition(live_server):
+    with live_server.sessions() as db_session:
+        tokens = [token for _, token in users_with_tokens(db_session, "ann", ANNOTATORS)]
+        competition, truth = build(db_session, "crowd", Sampling.active, images=3)
+        image_of = dict(
+            db_session.execute(
+                select(LabelItem.id, LabelItem.image_id).where(LabelItem.competition_id == competition.id)
+            ).all()
+        )
+        competition_id = competition.id
+    with ThreadPoolExecutor(ANNOTATORS) as pool:
+        statuses = list(
+            pool.map(
+                lambda token: label_concurrently(live_server.url, competition_id, truth, image_of, token),
+                tokens,
+            )
+        )
+    assert set(statuses) == {"settled"}
+    with live_server.sessions() as db_session:
+        used = db_session.scalar(select(func.count()).where(Vote.competition_id == competition_id))
+    assert used < 0.8 * 2 * 6 * K * 3
