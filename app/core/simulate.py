@@ -243,7 +243,7 @@ def run_seed(taxonomy: Taxonomy, accuracies: np.ndarray, config: SimulationConfi
         settings = ActiveSettings(config.refresh_every, config.uniform_floor, DEFAULT_ALPHA)
         labelling = label_active(design, streams, settings, queue_rng)
     else:
-        labelling = label_uniform(design, streams)
+        labelling = label_uniform(streams)
     counts = counts_of(design, labelling.answers)
     scores = perron_rank(dominance_matrix(pairwise_accuracy(counts))).scores
     recovered = ranks_from_scores(scores, counts.without_evidence)

@@ -71,7 +71,7 @@ def strict_majority(streams: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return yes[:, -1] >= need, cast
 
 
-def label_uniform(design: LabellingDesign, streams: np.ndarray) -> Labelling:
+def label_uniform(streams: np.ndarray) -> Labelling:
     """The paper's protocol: every question to a strict majority of the full panel."""
     answers, cast = strict_majority(streams)
     return Labelling(answers.astype(np.int8), int(cast.sum()))
@@ -140,7 +140,7 @@ class _Queue:
         return still_open
 
     def refresh(self, settings: ActiveSettings, seed: int) -> bool:
-        """Reliability and policy recomputed; item priorities = max over their pairs; True when settled."""
+        """Reliability and policy recomputed, each image's priority `image_priority`; True when settled."""
         self.reliability = annotator_reliability(self.agreeing, self.disagreeing)
         counts = counts_of(self.design, self.answers)
         decision = active_policy(counts, self.open_images(), alpha=settings.alpha, seed=seed)
