@@ -1,4 +1,5 @@
-"""Simulated annotators: they label through the HTTP API, answering from the true digit with noise."""
+"""Simulated annotators: they label through the HTTP API, answering from the true digit with noise; and how
+a run under active sampling compares with the uniform one."""
 
 import random
 import threading
@@ -17,8 +18,6 @@ class LabellingTally:
 
     answers: int = 0
     noisy_answers: int = 0
-    recorded: int = 0
-    """Answers stored as votes (not those to questions decided meanwhile)."""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
 
@@ -58,12 +57,10 @@ def label_until_finished(
                 answers.append(
                     {"question_id": question["question_id"], "answer": truth != noisy, "seconds": 1.0}
                 )
-            stored = http.post(f"{prefix}/answers", json={"answers": answers})
-            stored.raise_for_status()
+            http.post(f"{prefix}/answers", json={"answers": answers}).raise_for_status()
             with tally.lock:
                 tally.answers += len(answers)
                 tally.noisy_answers += flipped
-                tally.recorded += stored.json()["recorded"]
 
 
 def run_panel(
@@ -97,3 +94,24 @@ def run_panel(
         for future in futures:
             future.result()
     return tally
+
+
+@dataclass(frozen=True)
+class SimulatedRun:
+    """A simulated competition's votes stored, SRCC with the true accuracy ranks, and active sampling's
+    report (None under uniform sampling)."""
+
+    votes: int
+    srcc: float
+    active: dict | None
+    summary: str
+
+
+def comparison(uniform: SimulatedRun, active: SimulatedRun) -> str:
+    """Votes and SRCC of the active run beside the uniform run's."""
+    report = active.active or {}
+    share = active.votes / uniform.votes if uniform.votes else float("nan")
+    return (
+        f"Votes used: active {active.votes} ({share:.0%} of uniform's {uniform.votes}; ranking "
+        f"{report.get('status', 'provisional')}) · SRCC active {active.srcc:.3f}, uniform {uniform.srcc:.3f}"
+    )

@@ -44,13 +44,14 @@ from app.competitions.schemas import CompetitionCreate
 from app.competitions.service import create_competition
 from app.core.analysis import srcc
 from app.db.engine import create_db_engine, create_sessionmaker
-from app.demo.annotators import LabellingTally, run_panel
+from app.demo.annotators import SimulatedRun, comparison, run_panel
 from app.demo.corpus import DigitsCorpus, write_corpus
 from app.demo.training import held_out_accuracy, save_weights, train_classifier
 from app.images.service import ImageLimits, import_entries
 from app.images.sources import Candidate
 from app.images.store import ImageStore
 from app.jobs.lifecycle import enqueue_classifier
+from app.labelling.policy import active_cost
 from app.leaderboard.agreement import competition_quality
 from app.main import create_app
 from app.migrate import upgrade
@@ -287,11 +288,9 @@ def _sessions(settings: Settings):
     return create_sessionmaker(create_db_engine(settings.sqlalchemy_url))
 
 
-def simulate_labelling(
-    settings: Settings, competition: Competition, corpus: DigitsCorpus
-) -> tuple[dict, LabellingTally]:
+def simulate_labelling(settings: Settings, competition: Competition, corpus: DigitsCorpus) -> dict:
     """Five simulated annotators answer every question the queue gives them through the HTTP API (true
-    digit, 5% noise); returns the leaderboard the API then serves, and what the panel did."""
+    digit, 5% noise); returns the leaderboard the API then serves."""
     sessions = _sessions(settings)
     with sessions() as session:
         tokens = []
@@ -324,7 +323,7 @@ def simulate_labelling(
         console.print(f"  {tally.answers} answers, {tally.noisy_answers} of them flipped by noise")
         response = httpx.get(f"{url}/api/v1/competitions/{competition.id}/leaderboard", timeout=120)
         response.raise_for_status()
-        return response.json(), tally
+        return response.json()
 
 
 def print_leaderboard(competition_name: str, leaderboard: dict, accuracies: dict[str, float]) -> float:
@@ -468,18 +467,7 @@ def run_demo(settings: Settings, options: DemoOptions) -> None:
     for run in runs:
         console.print(run.summary)
     if options.active:
-        print_comparison(*runs)
-
-
-@dataclass(frozen=True)
-class SimulatedRun:
-    """A simulated competition's votes stored, SRCC with the true accuracy ranks, and active sampling's
-    report (None under uniform sampling)."""
-
-    votes: int
-    srcc: float
-    active: dict | None
-    summary: str
+        console.print(comparison(*runs))
 
 
 def simulate_and_print(settings: Settings, prepared: PreparedDemo, title: str) -> SimulatedRun:
@@ -487,21 +475,12 @@ def simulate_and_print(settings: Settings, prepared: PreparedDemo, title: str) -
     leaderboard; the run, with a line of its SRCC and the panel's agreement."""
     competition, corpus = prepared.competition, prepared.corpus
     with step(f"{title} through the HTTP API"):
-        leaderboard, tally = simulate_labelling(settings, competition, corpus)
+        leaderboard = simulate_labelling(settings, competition, corpus)
     with _sessions(settings)() as session:
         accuracies = true_accuracies(session, settings, session.merge(competition), corpus)
         alpha = competition_quality(db_session=session, competition=session.merge(competition)).alpha
+        votes = active_cost(session, competition.id, competition.panel_size).votes_used
     correlation = print_leaderboard(competition.name, leaderboard, accuracies)
     agreement = "undefined" if alpha is None else f"{alpha:.3f}"
     summary = f"SRCC(MAD rank, true accuracy rank) = {correlation:.3f} · agreement α = {agreement}"
-    return SimulatedRun(tally.recorded, correlation, leaderboard.get("active"), summary)
-
-
-def print_comparison(uniform: SimulatedRun, active: SimulatedRun) -> None:
-    """Votes and SRCC of the active run beside the uniform run's."""
-    report = active.active or {}
-    share = active.votes / uniform.votes if uniform.votes else float("nan")
-    console.print(
-        f"Votes used: active {active.votes} ({share:.0%} of uniform's {uniform.votes}; ranking "
-        f"{report.get('status', 'provisional')}) · SRCC active {active.srcc:.3f}, uniform {uniform.srcc:.3f}"
-    )
+    return SimulatedRun(votes, correlation, leaderboard.get("active"), summary)
