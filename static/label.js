@@ -183,6 +183,7 @@
     busy: "Every open image is being labelled by someone else right now.",
     skipped: "Only the images you skipped are left.",
     finished: "Nothing is left for you to label here. Thank you!",
+    settled: "The ranking is settled: nothing useful is left to label here. Thank you!",
     paused: "You are paused in this competition.",
   };
 

@@ -59,6 +59,12 @@ def create(
     ),
     panel: int = typer.Option(5, help="Annotators per question, odd; the majority decides (paper: 5)."),
     smoothing: float = typer.Option(1.0, help="Laplace pseudo-count α in (correct + α) / (n + 2α)."),
+    sampling: str = typer.Option(
+        "uniform",
+        help="uniform: every selected image to a panel majority (the paper); active: the pairs that can "
+        "still change the ranking first, until it is settled (README, Active sampling). The admin page "
+        "and PUT …/labelling/sampling change it later.",
+    ),
 ) -> None:
     """Create a competition: its label set comes from the taxonomy, in the classifiers' output order."""
     from app.competitions import service
@@ -78,6 +84,7 @@ def create(
             max_per_label=max_per_label,
             panel_size=panel,
             smoothing=smoothing,
+            sampling=sampling,
         )
     except ValueError as error:
         fail(str(error))
@@ -102,7 +109,7 @@ def list_competitions() -> None:
         ]
     if not rows:
         fail("no competitions yet: create one with `mad competitions create NAME`")
-    table = Table("id", "name", "taxonomy", "classes", "images", "k", "threshold", "panel")
+    table = Table("id", "name", "taxonomy", "classes", "images", "k", "threshold", "panel", "sampling")
     for row in rows:
         table.add_row(
             str(row.id),
@@ -113,5 +120,6 @@ def list_competitions() -> None:
             str(row.k),
             threshold_text(row.threshold_rule, row.confidence_threshold),
             str(row.panel_size),
+            row.sampling.value,
         )
     console.print(table)

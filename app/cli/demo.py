@@ -9,6 +9,12 @@ def demo(
     simulate: bool = typer.Option(
         False, "--simulate", help="Simulated annotators label everything; print the leaderboard and SRCC."
     ),
+    active: bool = typer.Option(
+        False,
+        "--active",
+        help="With --simulate: then label a twin competition under active sampling the same way and print "
+        "its votes used and SRCC beside the uniform run's.",
+    ),
     images: int = typer.Option(None, min=50, help="Use only the first N digits (default: all 1,797)."),
     training_steps: int = typer.Option(60, min=1, help="Mini-batches each classifier trains for."),
     host: str = typer.Option("127.0.0.1", help="Where the server listens (without --simulate)."),
@@ -27,5 +33,12 @@ def demo(
 
     run_demo(
         load_settings(),
-        DemoOptions(simulate=simulate, images=images, training_steps=training_steps, host=host, port=port),
+        DemoOptions(
+            simulate=simulate,
+            active=active,
+            images=images,
+            training_steps=training_steps,
+            host=host,
+            port=port,
+        ),
     )

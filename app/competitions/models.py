@@ -1,6 +1,7 @@
 """A MAD competition: a label set with its taxonomy, an image corpus and the selection parameters."""
 
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import JSON, BigInteger, CheckConstraint, ForeignKey, String, Text
@@ -11,6 +12,17 @@ from app.db.base import Base, str_enum, utcnow
 
 MIN_SMOOTHING, MAX_SMOOTHING = 0.001, 1000.0
 """Bounds of the Laplace pseudo-count α: below, a_ij / a_ji overflows; above, every a_ij is about ½."""
+
+
+class Sampling(StrEnum):
+    """Which image the labelling queue hands out next (docs/architecture.md, The labelling queue)."""
+
+    uniform = "uniform"
+    """Every selected image to a panel majority, partly voted images first, then round-robin over the pairs:
+    the paper's protocol."""
+    active = "active"
+    """The images of the pairs the policy of app/core/active.py ranks first, questions decided early by
+    agreeing reliable votes, and nothing more once the ranking is settled (issue 24, Active MAD)."""
 
 
 class Competition(Base):
@@ -55,6 +67,13 @@ class Competition(Base):
     gold_min_answers: Mapped[int] = mapped_column(default=10)
     members_only: Mapped[bool] = mapped_column(default=False)
     """Open to every annotator (False) or only to its members (CompetitionMember); admins label in all."""
+    sampling: Mapped[Sampling] = mapped_column(str_enum(Sampling), default=Sampling.uniform)
+    annotator_reliability: Mapped[float | None]
+    """Under active sampling: the annotators' accuracy (app.core.active.annotator_reliability) at the last
+    refresh of the policy, which decides questions early; null before the first."""
+    settled: Mapped[bool] = mapped_column(default=False)
+    """Under active sampling: the policy's last refresh found the ranking settled, so the queue offers
+    nothing more (app.labelling.policy)."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

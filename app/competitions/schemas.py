@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from app.competitions.models import MAX_SMOOTHING, MIN_SMOOTHING
+from app.competitions.models import MAX_SMOOTHING, MIN_SMOOTHING, Sampling
 from app.core.threshold_rule import ThresholdRule
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
@@ -89,6 +89,12 @@ class CompetitionCreate(BaseModel):
         default=False,
         description="Open to every annotator (false) or only to the competition's members (true).",
     )
+    sampling: Sampling = Field(
+        default=Sampling.uniform,
+        description="How the labelling queue picks images: uniform (the paper's protocol) or active (the "
+        "pairs that can still change the ranking first, until it is settled); PUT …/labelling/sampling "
+        "changes it.",
+    )
 
     @field_validator("panel_size")
     @classmethod
@@ -132,6 +138,7 @@ class CompetitionRead(BaseModel):
     gold_threshold: float
     gold_min_answers: int
     members_only: bool
+    sampling: Sampling
     created_at: datetime
     image_count: int
 

@@ -119,6 +119,7 @@ def to_read(competition: Competition, image_count: int) -> CompetitionRead:
         gold_threshold=competition.gold_threshold,
         gold_min_answers=competition.gold_min_answers,
         members_only=competition.members_only,
+        sampling=competition.sampling,
         created_at=competition.created_at,
         image_count=image_count,
     )

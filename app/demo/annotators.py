@@ -1,4 +1,5 @@
-"""Simulated annotators: they label through the HTTP API, answering from the true digit with noise."""
+"""Simulated annotators: they label through the HTTP API, answering from the true digit with noise; and how
+a run under active sampling compares with the uniform one."""
 
 import random
 import threading
@@ -32,7 +33,8 @@ def label_until_finished(
     tally: LabellingTally,
 ) -> None:
     """One annotator: take the next image, answer "does it contain ⟨class⟩?" truthfully except with
-    probability `noise`, submit, until the competition has nothing left for them."""
+    probability `noise`, submit, until the competition has nothing left for them (or, under active
+    sampling, nothing useful: its ranking is settled)."""
     rng = random.Random(seed)
     prefix = f"/api/v1/competitions/{competition_id}/labelling"
     with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
@@ -40,7 +42,7 @@ def label_until_finished(
             response = http.post(f"{prefix}/next")
             response.raise_for_status()
             body = response.json()
-            if body["status"] == "finished":
+            if body["status"] in ("finished", "settled"):
                 return
             if body["status"] == "busy":
                 time.sleep(BUSY_WAIT_S)
@@ -71,7 +73,8 @@ def run_panel(
     noise: float,
     seed: int,
 ) -> LabellingTally:
-    """Every simulated annotator labelling at once, one thread each, until all questions are decided."""
+    """Every simulated annotator labelling at once, one thread each, until all questions are decided (or the
+    ranking is settled, under active sampling)."""
     tally = LabellingTally()
     with ThreadPoolExecutor(len(tokens)) as pool:
         futures = [
@@ -91,3 +94,24 @@ def run_panel(
         for future in futures:
             future.result()
     return tally
+
+
+@dataclass(frozen=True)
+class SimulatedRun:
+    """A simulated competition's votes stored, SRCC with the true accuracy ranks, and active sampling's
+    report (None under uniform sampling)."""
+
+    votes: int
+    srcc: float
+    active: dict | None
+    summary: str
+
+
+def comparison(uniform: SimulatedRun, active: SimulatedRun) -> str:
+    """Votes and SRCC of the active run beside the uniform run's."""
+    report = active.active or {}
+    share = active.votes / uniform.votes if uniform.votes else float("nan")
+    return (
+        f"Votes used: active {active.votes} ({share:.0%} of uniform's {uniform.votes}; ranking "
+        f"{report.get('status', 'provisional')}) · SRCC active {active.srcc:.3f}, uniform {uniform.srcc:.3f}"
+    )

@@ -11,7 +11,8 @@
    HTTP API and the leaderboard is printed beside each classifier's true accuracy on the held-out digits.
 People label competition 'digits', whose panel is one annotator, so that one person's answers decide
 questions and move the leaderboard (real competitions keep a panel of 5: a question is decided once 3 agree,
-paper Sec. 3.1); --simulate labels 'digits-simulated' (the same digits and weights) with a panel of 5.
+paper Sec. 3.1); --simulate labels 'digits-simulated' (the same digits and weights) with a panel of 5, and
+--active then 'digits-simulated-active' the same way under active sampling, comparing votes and SRCC.
 Everything lives in the data dir; running it again reuses what is there.
 """
 
@@ -38,18 +39,19 @@ from sqlalchemy.orm import Session
 from app.classifiers import service as classifiers_service
 from app.classifiers.enums import ClassifierStatus
 from app.classifiers.timm_source import load_weights_file
-from app.competitions.models import Competition
+from app.competitions.models import Competition, Sampling
 from app.competitions.schemas import CompetitionCreate
 from app.competitions.service import create_competition
 from app.core.analysis import srcc
 from app.db.engine import create_db_engine, create_sessionmaker
-from app.demo.annotators import run_panel
+from app.demo.annotators import SimulatedRun, comparison, run_panel
 from app.demo.corpus import DigitsCorpus, write_corpus
 from app.demo.training import held_out_accuracy, save_weights, train_classifier
 from app.images.service import ImageLimits, import_entries
 from app.images.sources import Candidate
 from app.images.store import ImageStore
 from app.jobs.lifecycle import enqueue_classifier
+from app.labelling.policy import active_cost
 from app.leaderboard.agreement import competition_quality
 from app.main import create_app
 from app.migrate import upgrade
@@ -63,6 +65,8 @@ COMPETITION = "digits"
 SIMULATED_COMPETITION = "digits-simulated"
 """--simulate labels its own competition (same digits and weights) with the paper's panel of 5, so that the
 simulated panel's agreement can be measured; the people's competition keeps its panel of one."""
+SIMULATED_ACTIVE_COMPETITION = "digits-simulated-active"
+"""--simulate --active labels this one (same digits and weights, panel of 5) under active sampling."""
 SIMULATED_PANEL_SIZE = 5
 DESCRIPTION = (
     "Five timm classifiers trained briefly on small slices of the UCI digits. Label it yourself: its panel"
@@ -97,6 +101,7 @@ class DemoOptions:
     """What to run: how many digits, how long to train, and whether to simulate the annotators."""
 
     simulate: bool = False
+    active: bool = False
     images: int | None = None
     training_steps: int = 60
     host: str = "127.0.0.1"
@@ -117,14 +122,17 @@ def digits_taxonomy_text() -> str:
     return files("app.demo").joinpath("digits_taxonomy.yaml").read_text()
 
 
-def ensure_competition(session: Session, simulate: bool) -> Competition:
+def ensure_competition(session: Session, simulate: bool, active: bool = False) -> Competition:
     """The digits competition, made on first run (k = 20 per pair, at most 4 images per predicted digit):
-    people label 'digits' with a panel of one, simulated annotators 'digits-simulated' with a panel of 5."""
+    people label 'digits' with a panel of one, simulated annotators 'digits-simulated' with a panel of 5
+    (and 'digits-simulated-active' under active sampling)."""
     name, panel_size, description = (
         (SIMULATED_COMPETITION, SIMULATED_PANEL_SIZE, SIMULATED_DESCRIPTION)
         if simulate
         else (COMPETITION, DEMO_PANEL_SIZE, DESCRIPTION)
     )
+    if active:
+        name = SIMULATED_ACTIVE_COMPETITION
     competition = session.scalar(select(Competition).where(Competition.name == name))
     if competition is None:
         spec = CompetitionCreate(
@@ -136,6 +144,7 @@ def ensure_competition(session: Session, simulate: bool) -> Competition:
             confidence_threshold=0.8,
             max_per_label=4,
             panel_size=panel_size,
+            sampling=Sampling.active if active else Sampling.uniform,
         )
         competition = create_competition(db_session=session, spec=spec)
     return competition
@@ -280,8 +289,8 @@ def _sessions(settings: Settings):
 
 
 def simulate_labelling(settings: Settings, competition: Competition, corpus: DigitsCorpus) -> dict:
-    """Five simulated annotators answer every question through the HTTP API (true digit, 5% noise);
-    returns the leaderboard the API then serves."""
+    """Five simulated annotators answer every question the queue gives them through the HTTP API (true
+    digit, 5% noise); returns the leaderboard the API then serves."""
     sessions = _sessions(settings)
     with sessions() as session:
         tokens = []
@@ -350,8 +359,9 @@ class PreparedDemo:
     started: float
 
 
-def prepare_demo(settings: Settings, options: DemoOptions) -> PreparedDemo:
-    """Set up (or reuse) the digits competition end to end: digits, classifiers, predictions, selections."""
+def prepare_demo(settings: Settings, options: DemoOptions, active: bool = False) -> PreparedDemo:
+    """Set up (or reuse) the digits competition end to end: digits, classifiers, predictions, selections
+    (`active`: the simulated competition under active sampling)."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with step("Migrating the database"):
@@ -360,7 +370,7 @@ def prepare_demo(settings: Settings, options: DemoOptions) -> PreparedDemo:
         corpus = write_corpus(settings.data_dir / "digits" / "png", limit=options.images)
     sessions = _sessions(settings)
     with sessions() as session:
-        competition = ensure_competition(session, options.simulate)
+        competition = ensure_competition(session, options.simulate, active)
         with step(f"Importing {len(corpus.paths)} digits into competition '{competition.name}'"):
             import_corpus(session, settings, competition, corpus)
             credentials = ensure_people(session, settings)
@@ -443,18 +453,34 @@ def serve_with_worker(settings: Settings, prepared: PreparedDemo, options: DemoO
 
 
 def run_demo(settings: Settings, options: DemoOptions) -> None:
-    """Set up (or reuse) the digits competition end to end, then serve it or simulate its labelling."""
+    """Set up (or reuse) the digits competition end to end, then serve it or simulate its labelling (and,
+    with --active, that of its twin under active sampling, compared)."""
     prepared = prepare_demo(settings, options)
     if not options.simulate:
         serve_with_worker(settings, prepared, options)
         return
+    runs = [simulate_and_print(settings, prepared, "Simulated annotators labelling every question")]
+    if options.active:
+        twin = prepare_demo(settings, options, active=True)
+        runs.append(simulate_and_print(settings, twin, "The same under active sampling"))
+    console.print(f"Total {time.monotonic() - prepared.started:.0f} s.")
+    for run in runs:
+        console.print(run.summary)
+    if options.active:
+        console.print(comparison(*runs))
+
+
+def simulate_and_print(settings: Settings, prepared: PreparedDemo, title: str) -> SimulatedRun:
+    """Label the prepared competition with the simulated panel through the HTTP API and print its
+    leaderboard; the run, with a line of its SRCC and the panel's agreement."""
     competition, corpus = prepared.competition, prepared.corpus
-    with step("Simulated annotators labelling every question through the HTTP API"):
+    with step(f"{title} through the HTTP API"):
         leaderboard = simulate_labelling(settings, competition, corpus)
     with _sessions(settings)() as session:
         accuracies = true_accuracies(session, settings, session.merge(competition), corpus)
         alpha = competition_quality(db_session=session, competition=session.merge(competition)).alpha
+        votes = active_cost(session, competition.id, competition.panel_size).votes_used
     correlation = print_leaderboard(competition.name, leaderboard, accuracies)
-    console.print(f"Total {time.monotonic() - prepared.started:.0f} s.")
     agreement = "undefined" if alpha is None else f"{alpha:.3f}"
-    console.print(f"SRCC(MAD rank, true accuracy rank) = {correlation:.3f} · agreement α = {agreement}")
+    summary = f"SRCC(MAD rank, true accuracy rank) = {correlation:.3f} · agreement α = {agreement}"
+    return SimulatedRun(votes, correlation, leaderboard.get("active"), summary)

@@ -13,7 +13,7 @@ from app.competitions.dependencies import CompetitionDep
 from app.competitions.service import get_competition
 from app.csv_cells import neutralised
 from app.db.session import SessionDep
-from app.labelling import adjudication, gold, quality
+from app.labelling import adjudication, gold, policy, quality
 from app.labelling.annotators import annotator_stats
 from app.labelling.schemas import (
     AdjudicationCreate,
@@ -24,6 +24,8 @@ from app.labelling.schemas import (
     QualityDecisionCreate,
     QualityFlagRead,
     ReviewEntryRead,
+    SamplingRead,
+    SamplingUpdate,
     WorkRecordRead,
 )
 from app.labelling.types import LabellingSettings
@@ -51,6 +53,27 @@ def annotators(
         AnnotatorStatsRead.of(stats)
         for stats in annotator_stats(db_session=db_session, competition=LabellingSettings.of(competition))
     ]
+
+
+@router.put(
+    "/sampling",
+    summary="Choose uniform or active sampling (admin)",
+    responses=error_responses(401, 403, 404, 422),
+)
+def set_sampling(
+    body: SamplingUpdate, db_session: SessionDep, _admin: AdminUser, competition: CompetitionDep
+) -> SamplingRead:
+    """`uniform` labels every selected image of every pair to a strict majority of the panel (the paper's
+    protocol); `active` asks first about the pairs that can still change the ranking, lets two or more
+    agreeing votes of reliable annotators decide a question, and stops asking once the ranking is settled
+    (the leaderboard then says so, with the votes used). Switching to active runs the policy at once;
+    switching back to uniform goes on to the full design (questions already decided stay decided)."""
+    policy.set_sampling(db_session, competition, body.sampling)
+    return SamplingRead(
+        sampling=competition.sampling,
+        settled=competition.settled,
+        annotator_reliability=competition.annotator_reliability,
+    )
 
 
 @router.post(

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from sqlalchemy import and_, case, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from app.competitions.models import Competition
+from app.competitions.models import Competition, Sampling
 from app.db.base import utcnow
 from app.labelling import rules
 from app.labelling.items import lock_items, questions_of_images
@@ -27,7 +27,7 @@ from app.labelling.models import (
     Vote,
 )
 from app.labelling.subsets import discard_item
-from app.labelling.types import AnnotatorStats, LabellingSettings
+from app.labelling.types import AnnotatorStats, LabellingSettings, early_votes
 from app.users.models import User
 from app.users.service import set_active
 
@@ -110,7 +110,7 @@ def redecide(*, db_session: Session, competition: LabellingSettings, image_ids: 
     for question in questions:
         if question.gold_answer is None:
             question.yes_votes, question.no_votes = counted.get(question.id, (0, 0))
-            rules.decide(question, competition.panel_size, now)
+            rules.decide(question, competition.panel_size, now, early_votes(competition))
     flags = dict(
         db_session.execute(
             select(DifficultyFlag.image_id, func.count())
@@ -126,7 +126,7 @@ def redecide(*, db_session: Session, competition: LabellingSettings, image_ids: 
     for item in items:
         item.flags = flags.get(item.image_id, 0)
         on_image = [question for question in questions if question.image_id == item.image_id]
-        item.needed = rules.needed(item.discarded, on_image, competition.panel_size)
+        item.needed = rules.needed(item.discarded, on_image, competition.panel_size, early_votes(competition))
         if not item.discarded and not item.kept and rules.too_difficult(item.flags, competition.panel_size):
             discard_item(db_session, competition, item)
     db_session.flush()
@@ -196,8 +196,8 @@ def images_left(*, db_session: Session, user_id: int, competition_id: int | None
     """Per competition (or only competition_id): the images the annotator may still be given, as
     queue.next_item hands them out: open ones (votes needed) they have not finished or flagged, and, where
     gold images are mixed in, images with a gold question they have not answered or flagged; those they
-    skipped included either way, so that a skip moves the count alike on both. Competitions with none left
-    are missing."""
+    skipped included either way, so that a skip moves the count alike on both; under active sampling never
+    a parked item, and nothing once the ranking is settled. Competitions with none left are missing."""
     mine = Assignment.__table__.alias("mine")
 
     def my_status(*statuses: AssignmentStatus):
@@ -221,12 +221,15 @@ def images_left(*, db_session: Session, user_id: int, competition_id: int | None
         .exists()
     )
     gold_left = and_(Competition.gold_rate > 0, unanswered_gold)
+    active = Competition.sampling == Sampling.active
+    open_item = and_(LabelItem.needed > 0, or_(~active, LabelItem.priority > 0))  # active: not parked
     query = (
         select(LabelItem.competition_id, func.count().label("images"))
         .join(Competition, Competition.id == LabelItem.competition_id)
         .where(
             ~my_status(AssignmentStatus.done, AssignmentStatus.flagged),
-            or_(LabelItem.needed > 0, gold_left),
+            or_(open_item, gold_left),
+            ~and_(active, Competition.settled),
         )
         .group_by(LabelItem.competition_id)
     )

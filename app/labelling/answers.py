@@ -1,7 +1,9 @@
 """An annotator's answers and difficulty flags on the image leased to them.
 
-A strict majority of the panel decides a question and stops its asking (paper Sec. 3.1); when more than
-60% of the panel flag an image, it is discarded for its pairs and their reserves are asked instead.
+A strict majority of the panel decides a question and stops its asking (paper Sec. 3.1), or under active
+sampling fewer agreeing votes (rules.early_agreement); when more than 60% of the panel flag an image, it is
+discarded for its pairs and their reserves are asked instead. Under active sampling, decided questions are
+counted towards the policy's next refresh (app.labelling.policy).
 submit_answers is a hot path: its statements are app.labelling.statements, its writes sent together.
 """
 
@@ -19,6 +21,7 @@ from app.errors import Conflict, InvalidInput, NotFound
 from app.labelling import rules
 from app.labelling.items import lock_item, set_assignment
 from app.labelling.models import Assignment, AssignmentStatus, DifficultyFlag, FlagReason, LabelItem
+from app.labelling.policy import count_decisions
 from app.labelling.quality import check_answers, recent_votes
 from app.labelling.statements import (
     GOLD_VOTE_COUNTS,
@@ -32,7 +35,14 @@ from app.labelling.statements import (
     pending_questions,
 )
 from app.labelling.subsets import discard_item
-from app.labelling.types import Answer, Labeller, LabellingSettings, SubmitResult
+from app.labelling.types import (
+    Answer,
+    Labeller,
+    LabellingSettings,
+    SubmitResult,
+    actively_sampled,
+    early_votes,
+)
 
 
 @dataclass
@@ -103,7 +113,9 @@ def submit_answers(
         if question.gold_answer is not None:
             gold_answers.append(vote)
         elif not user.votes_excluded:
-            rules.count_vote(question, answer.answer, +1, competition.panel_size, now)
+            rules.count_vote(
+                question, answer.answer, +1, competition.panel_size, now, early_votes(competition)
+            )
             counted.append(question)
     item_done = not any(
         question.my_answer is None
@@ -123,14 +135,19 @@ def submit_answers(
             first_gold_answer(db_session.get_bind().dialect.name).write(db_session, gold_answers)
         if counted:
             UPDATE_COUNTS.write(db_session, [_counts_row(question) for question in counted])
-            needed = rules.needed(item.discarded, questions.values(), competition.panel_size)
+            early = early_votes(competition)
+            needed = rules.needed(item.discarded, questions.values(), competition.panel_size, early)
             UPDATE_NEEDED.write(db_session, {"item_id": item.id, "new_needed": needed})
         status = AssignmentStatus.done if item_done else AssignmentStatus.leased
         set_assignment(db_session, item.id, user.id, status, now)
         window = recent_votes(db_session, competition, user) if new_votes else None
     recent = window() if window else []
     paused = check_answers(db_session, competition, user, now, recent, bool(gold_answers)) if recent else None
-    return SubmitResult(len(new_votes), already_decided, item_done, paused, annotators_needed)
+    decided = sum(question.outcome is not None for question in counted)
+    refresh_due = (
+        actively_sampled(competition) and decided > 0 and count_decisions(db_session, competition, decided)
+    )
+    return SubmitResult(len(new_votes), already_decided, item_done, paused, annotators_needed, refresh_due)
 
 
 def timed_seconds(claimed: Sequence[float | None], elapsed: float) -> list[float]:
@@ -161,7 +178,9 @@ def _annotators_needed(
         return 0
     gold = [q for q in questions.values() if q.gold_answer is not None]
     if not gold:
-        return rules.annotators_to_decide(questions.values(), competition.panel_size)
+        return rules.annotators_to_decide(
+            questions.values(), competition.panel_size, early_votes(competition)
+        )
     counts = Counter(
         {
             (row.question_id, row.answer): row.votes
@@ -172,9 +191,9 @@ def _annotators_needed(
     as_regular = {q.id: q for q in questions.values() if q.gold_answer is None}
     for q in gold:
         yes, no = counts[(q.id, True)], counts[(q.id, False)]
-        outcome = rules.outcome(yes, no, competition.panel_size)
+        outcome = rules.outcome(yes, no, competition.panel_size, early_votes(competition))
         as_regular[q.id] = replace(q, yes_votes=yes, no_votes=no, outcome=outcome, gold_answer=None)
-    return rules.annotators_to_decide(as_regular.values(), competition.panel_size)
+    return rules.annotators_to_decide(as_regular.values(), competition.panel_size, early_votes(competition))
 
 
 def _counts_row(question: _Votes) -> dict:

@@ -5,6 +5,7 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session
 
+from app.competitions.models import Sampling
 from app.labelling.statements import (
     CALLER_BY_ID,
     CALLER_BY_TOKEN,
@@ -72,6 +73,9 @@ def labelling_caller(
             row.gold_rate,
             row.gold_threshold,
             row.gold_min_answers,
+            Sampling(row.sampling),
+            row.annotator_reliability,
+            row.settled,
         )
     )
     role = Role(row.role)

@@ -25,7 +25,7 @@ from app.errors import NotFound
 from app.labelling import rules
 from app.labelling.models import AssignmentStatus, LabelItem, Question
 from app.labelling.statements import assignment_upsert
-from app.labelling.types import LabellingSettings
+from app.labelling.types import LabellingSettings, early_votes
 
 LEASE_TTL = timedelta(minutes=2)
 
@@ -75,7 +75,9 @@ def refresh_needed(db_session: Session, competition: LabellingSettings, items: l
     for question in questions_of_images(db_session, competition, list(by_image)):
         by_image[question.image_id].append(question)
     for item in items:
-        item.needed = rules.needed(item.discarded, by_image[item.image_id], competition.panel_size)
+        item.needed = rules.needed(
+            item.discarded, by_image[item.image_id], competition.panel_size, early_votes(competition)
+        )
     db_session.flush()
 
 

@@ -146,7 +146,9 @@ class LabelItem(Base):
     needed: the fewest further counted votes that could decide one of its open questions (0 when nothing is
     left to ask, or the image is discarded); it caps the concurrent leases and orders the queue (partly-voted
     images first). spread: the image's position in its pairs' selections, so every pair advances together.
-    shuffle: a random tie-break fixed at creation. flags: counted difficulty flags. kept: an admin overturned
+    shuffle: a random tie-break fixed at creation. priority: under active sampling, the policy's value of
+    one more image of its pairs, summed, at the last refresh (0: all its pairs settled, the item is parked;
+    1 until a refresh has ranked it). flags: counted difficulty flags. kept: an admin overturned
     its discard or its not-a-natural-photo flags, so flags no longer discard it.
     """
 
@@ -162,9 +164,21 @@ class LabelItem(Base):
     needed: Mapped[int] = mapped_column(default=0)
     spread: Mapped[int]
     shuffle: Mapped[int]
+    priority: Mapped[float] = mapped_column(default=1.0)
     flags: Mapped[int] = mapped_column(default=0)
     discarded: Mapped[bool] = mapped_column(default=False)
     kept: Mapped[bool] = mapped_column(default=False)
+
+
+Index(
+    "ix_label_items_active_queue",
+    LabelItem.competition_id,
+    LabelItem.needed,
+    LabelItem.priority.desc(),
+    LabelItem.spread,
+    LabelItem.shuffle,
+)
+"""The active queue's order (app.labelling.statements.ACTIVE_QUEUE_HEAD), one index scan."""
 
 
 class AssignmentStatus(StrEnum):
@@ -269,3 +283,21 @@ class Adjudication(Base):
     reason: Mapped[str] = mapped_column(Text)
     decided_by: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ActivePolicy(Base):
+    """A competition's active-sampling state: decided questions since the policy last ran, and its last
+    decision (the pairs still worth asking as [a_id, b_id] best first, the votes used then and the full
+    design's votes, app.labelling.policy; whether the ranking is settled is Competition.settled, which every
+    labelling request reads)."""
+
+    __tablename__ = "active_policies"
+
+    competition_id: Mapped[int] = mapped_column(
+        ForeignKey("competitions.id", ondelete="CASCADE"), primary_key=True, autoincrement=False
+    )
+    decided_since_refresh: Mapped[int] = mapped_column(default=0)
+    informative_pairs: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    votes_used: Mapped[int] = mapped_column(default=0)
+    full_design_votes: Mapped[int] = mapped_column(default=0)
+    refreshed_at: Mapped[datetime | None]

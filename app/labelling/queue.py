@@ -8,6 +8,12 @@ schedule by counts, "gold once every n answers", told annotators which images we
 annotator with nothing else left to do is given the gold images they have not answered, then the images
 they skipped, gold ones alike (skipping must neither find gold images nor dodge them). The statements are
 app.labelling.statements.
+
+Under active sampling (issue 24) the queue's next image is the open one of highest priority (partly voted
+first, as ever), except for a uniform floor of picks in the order above; it never hands out a parked item
+(priority 0: all its pairs settled), and nothing at all once the policy found the ranking settled
+(app.labelling.policy refreshes the priorities). An annotator with nothing left is told `settled` if the
+policy, rerun on the questions decided since its last run, finds it so.
 """
 
 import random
@@ -16,13 +22,20 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session
 
+from app.core.active import DEFAULT_UNIFORM_FLOOR
 from app.core.taxonomy import TaxonomyError
 from app.core.taxonomy_sources import cached_taxonomy
 from app.db.base import utcnow
 from app.db.statements import HotStatement
 from app.labelling.items import set_assignment
 from app.labelling.models import AssignmentStatus
+from app.labelling.policy import settled_now
 from app.labelling.statements import (
+    ACTIVE_FLOOR_HEAD,
+    ACTIVE_QUEUE_HEAD,
+    ACTIVE_SKIPPED_HEAD,
+    ANY_ACTIVE_OPEN_FOR_USER,
+    ANY_ACTIVE_SKIPPED_FOR_USER,
     ANY_OPEN_FOR_USER,
     ANY_SKIPPED_FOR_USER,
     GOLD_IMAGE,
@@ -39,6 +52,8 @@ from app.labelling.types import (
     NextItem,
     PresentedItem,
     PresentedQuestion,
+    actively_sampled,
+    nothing_useful_left,
 )
 
 MAX_LEASE_ATTEMPTS = 8
@@ -73,7 +88,12 @@ def _label_set(db_session: Session, competition: LabellingSettings) -> LabelSet:
 
 
 def next_item(
-    *, db_session: Session, competition: LabellingSettings, user: Labeller, not_now: int | None = None
+    *,
+    db_session: Session,
+    competition: LabellingSettings,
+    user: Labeller,
+    not_now: int | None = None,
+    rerun_policy: bool = True,
 ) -> NextItem:
     """Lease the annotator an image to label: the one they hold, else a gold one with probability gold_rate,
     else the queue's next, else (nothing else open to them) a gold one they have not answered, else one they
@@ -82,8 +102,12 @@ def next_item(
     Never a question they answered or an image they flagged; never more leases on an image than the votes
     it still needs; partly-voted images first, then round-robin over the pairs (by position in each pair).
     The status says why there is none: `busy` (others hold what is left), `skipped` (only images they
-    skipped are left), `finished`.
+    skipped are left), `finished`, `settled` (active sampling: the ranking is settled, nothing useful is
+    left). Under active sampling the queue's order is the policy's (module docstring); with rerun_policy,
+    an annotator with nothing left makes it rerun on the questions decided since its last run.
     """
+    if nothing_useful_left(competition):
+        return NextItem(None, "settled")
     now = utcnow()
     who = {"competition_id": competition.id, "user_id": user.id, "now": now}
     for item_id, image_id, discarded in MY_LEASES.rows(db_session, who):
@@ -94,18 +118,34 @@ def next_item(
     if competition.gold_rate > 0 and random.random() < competition.gold_rate:
         presented = _lease_gold(db_session, competition, user, now)
     if presented is None:
-        presented = _lease_head(db_session, competition, user, now, QUEUE_HEAD, [])
+        presented = _lease_head(db_session, competition, user, now, _queue_head(competition), [])
     if presented is None and competition.gold_rate > 0:
         presented = _lease_gold(db_session, competition, user, now)
     skipped = {**who, "gold_mixed_in": competition.gold_rate > 0}
     if presented is None:
         skipped_not_now = [] if not_now is None else [not_now]
-        presented = _lease_head(db_session, competition, user, now, SKIPPED_HEAD, skipped_not_now, skipped)
+        skipped_head = ACTIVE_SKIPPED_HEAD if actively_sampled(competition) else SKIPPED_HEAD
+        presented = _lease_head(db_session, competition, user, now, skipped_head, skipped_not_now, skipped)
     if presented is not None:
         return NextItem(presented, "item")
-    if db_session.scalar(ANY_OPEN_FOR_USER, who):
+    if db_session.scalar(
+        ANY_ACTIVE_OPEN_FOR_USER if actively_sampled(competition) else ANY_OPEN_FOR_USER, who
+    ):
         return NextItem(None, "busy")
-    return NextItem(None, "skipped" if db_session.scalar(ANY_SKIPPED_FOR_USER, skipped) else "finished")
+    any_skipped = ANY_ACTIVE_SKIPPED_FOR_USER if actively_sampled(competition) else ANY_SKIPPED_FOR_USER
+    if db_session.scalar(any_skipped, skipped):
+        return NextItem(None, "skipped")
+    if rerun_policy and actively_sampled(competition) and settled_now(db_session, competition.id):
+        return NextItem(None, "settled")
+    return NextItem(None, "finished")
+
+
+def _queue_head(competition: LabellingSettings) -> HotStatement:
+    """QUEUE_HEAD; under active sampling the policy's order, or with probability DEFAULT_UNIFORM_FLOOR the
+    uniform order among the items not parked (app.core.active: no open pair starves)."""
+    if not actively_sampled(competition):
+        return QUEUE_HEAD
+    return ACTIVE_FLOOR_HEAD if random.random() < DEFAULT_UNIFORM_FLOOR else ACTIVE_QUEUE_HEAD
 
 
 def _lease_head(

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, aliased
 from app.competitions.models import Competition
 from app.labelling import rules
 from app.labelling.models import PairImage, PairImageRole, PairSubset, Question
+from app.labelling.types import early_votes
 
 QUESTION_A = aliased(Question, name="question_a")
 QUESTION_B = aliased(Question, name="question_b")
@@ -103,6 +104,7 @@ def annotators_to_first_label(
     if not pairs:
         return {}
     wanted = set(pairs)
+    early = early_votes(competition)
     needed: dict[tuple[int, int], int | None] = {}
     votes_a = (QUESTION_A.yes_votes, QUESTION_A.no_votes, QUESTION_A.outcome, QUESTION_A.gold_answer)
     votes_b = (QUESTION_B.yes_votes, QUESTION_B.no_votes, QUESTION_B.outcome, QUESTION_B.gold_answer)
@@ -124,7 +126,7 @@ def annotators_to_first_label(
         if image_id is None:
             continue
         questions = [_vote_counts(*counts[:4]), _vote_counts(*counts[4:])]
-        image_needs = rules.annotators_to_decide(questions, competition.panel_size)
+        image_needs = rules.annotators_to_decide(questions, competition.panel_size, early)
         needed[(a_id, b_id)] = image_needs if known is None else min(known, image_needs)
     return needed
 

@@ -8,15 +8,17 @@ dependencies, are in admin_router.py.
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Annotated, TypeVar
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, BackgroundTasks, Depends, Request
 from sqlalchemy.orm import Session
 
 from app.competitions.members import MEMBERS_ONLY
-from app.db.session import SessionDep, in_one_thread
+from app.core.active import DEFAULT_REFRESH_EVERY
+from app.db.session import DatabaseStepsDep, SessionDep, in_one_thread
 from app.errors import Forbidden, NotFound
-from app.labelling import answers, quality, queue
+from app.labelling import answers, policy, quality, queue
 from app.labelling.annotators import annotator_stats, images_left
 from app.labelling.caller import labelling_caller
 from app.labelling.metrics import VOTES
@@ -32,7 +34,7 @@ from app.labelling.schemas import (
     UndoRead,
 )
 from app.labelling.skip import skip_item
-from app.labelling.types import Answer, Labeller, LabellingSettings
+from app.labelling.types import Answer, Labeller, LabellingSettings, actively_sampled, nothing_useful_left
 from app.labelling.undo import undo_last
 from app.users import service as users_service
 from app.users.auth import (
@@ -129,15 +131,24 @@ async def next_item(db_session: SessionDep, labelling: LabellingRequestDep) -> N
 
     A reload returns the same image while the lease runs. Never an image the caller flagged or a question
     they answered; images already partly voted come first. `status` is `busy` when every open image is
-    leased to others (ask again shortly) and `finished` when nothing is left for the caller.
+    leased to others (ask again shortly) and `finished` when nothing is left for the caller. Under active
+    sampling the images of the pairs that can still change the ranking come first, and `status` is `settled`
+    once the ranking is settled (nothing useful is left).
     """
     return await labelling.run(db_session, lambda call: _lease_next(db_session, call))
 
 
-def _lease_next(db_session: Session, call: LabellingCall, not_now: int | None = None) -> NextItemRead:
-    """Lease the caller's next item (never item `not_now`); its API view."""
+def _lease_next(
+    db_session: Session, call: LabellingCall, not_now: int | None = None, rerun_policy: bool = True
+) -> NextItemRead:
+    """Lease the caller's next item (never item `not_now`; rerun_policy as queue.next_item); its API
+    view."""
     result = queue.next_item(
-        db_session=db_session, competition=call.competition, user=call.labeller, not_now=not_now
+        db_session=db_session,
+        competition=call.competition,
+        user=call.labeller,
+        not_now=not_now,
+        rerun_policy=rerun_policy,
     )
     return NextItemRead(status=result.status, item=None if result.item is None else ItemRead.of(result.item))
 
@@ -146,7 +157,11 @@ def _lease_next(db_session: Session, call: LabellingCall, not_now: int | None = 
     "/answers", summary="Answer questions of one image", responses=error_responses(401, 403, 404, 409, 422)
 )
 async def submit_answers(
-    body: AnswersCreate, db_session: SessionDep, labelling: LabellingRequestDep
+    body: AnswersCreate,
+    db_session: SessionDep,
+    labelling: LabellingRequestDep,
+    steps: DatabaseStepsDep,
+    background: BackgroundTasks,
 ) -> AnswersRead:
     """Store yes/no answers with the seconds each took (bounded by the server's clock: the time since the
     image was handed out, or since the last answer on it, shared among them). A question is decided once a
@@ -157,7 +172,9 @@ async def submit_answers(
     response also carries the next image, leased as by POST …/next. The answers are then checked: when the
     caller's accuracy on gold questions falls below the competition's threshold, `paused` says why and every
     further labelling request of theirs in this competition is refused (403) until an admin decides; a streak
-    of very fast answers or a long run of one answer is flagged for an admin to review."""
+    of very fast answers or a long run of one answer is flagged for an admin to review. Under active sampling
+    two or more agreeing votes of reliable annotators may decide a question before a majority, and once
+    enough questions are decided (or the caller's queue ran dry) the policy reruns after the response."""
 
     def answer(call: LabellingCall) -> AnswersRead:
         result = answers.submit_answers(
@@ -166,12 +183,20 @@ async def submit_answers(
             user=call.labeller,
             answers=[Answer(a.question_id, a.answer, a.seconds) for a in body.answers],
         )
+        leased = None
+        if body.next and result.paused is None:  # this transaction may hold the policy row: no rerun here
+            leased = _lease_next(db_session, call, rerun_policy=False)
+        ran_dry = leased is not None and leased.status == "finished" and actively_sampled(call.competition)
+        if result.refresh_due or ran_dry:
+            due = 1 if ran_dry else DEFAULT_REFRESH_EVERY
+            refresh = partial(policy.refresh_if_due, competition_id=call.competition.id, due=due)
+            background.add_task(steps.run, refresh)
         return AnswersRead(
             recorded=result.recorded,
             already_decided=result.already_decided,
             item_done=result.item_done,
             annotators_needed=result.annotators_needed,
-            next=_lease_next(db_session, call) if body.next and result.paused is None else None,
+            next=leased,
             paused=None if result.paused is None else quality.paused_message(result.paused),
         )
 
@@ -250,8 +275,9 @@ async def undo(db_session: SessionDep, labelling: LabellingRequestDep) -> UndoRe
 @router.get("/me", summary="My labelling progress", responses=error_responses(401, 403, 404, 422))
 async def my_stats(db_session: SessionDep, labelling: LabellingRequestDep) -> MyStatsRead:
     """Answers today (UTC) and in total, flags, and the images left for the caller (0 once the queue says
-    `finished`). Not the caller's accuracy on gold
-    questions: it would tell which images were gold (admins see it in …/annotators)."""
+    `finished` or `settled`; `settled`: the competition samples actively and nothing useful is left). Not
+    the caller's accuracy on gold questions: it would tell which images were gold (admins see it in
+    …/annotators)."""
 
     def progress(call: LabellingCall) -> MyStatsRead:
         (stats,) = annotator_stats(
@@ -264,6 +290,7 @@ async def my_stats(db_session: SessionDep, labelling: LabellingRequestDep) -> My
             images_left=images_left(
                 db_session=db_session, user_id=call.labeller.id, competition_id=call.competition.id
             ).get(call.competition.id, 0),
+            settled=nothing_useful_left(call.competition),
         )
 
     return await labelling.run(db_session, progress)

@@ -7,6 +7,7 @@ from typing import Literal
 import inflect
 from pydantic import BaseModel, Field
 
+from app.competitions.models import Sampling
 from app.images.store import SHA256_PATTERN
 from app.labelling.models import AdjudicationKind, FlagReason, QualityDecision, QualityFlagKind, Verdict
 from app.labelling.quality import FlagView
@@ -79,7 +80,9 @@ class NextItemRead(BaseModel):
 
     status: NextItemStatus = Field(
         description="`item`: here it is; `busy`: the rest is leased to others; `skipped`: only images the "
-        "caller skipped are left (POST …/next offers them again); `finished`: nothing is left for the caller."
+        "caller skipped are left (POST …/next offers them again); `finished`: nothing is left for the "
+        "caller; `settled`: the competition samples actively and its ranking is settled, so nothing "
+        "useful is left to label (an admin may switch it to uniform sampling to go on to the full design)."
     )
     item: ItemRead | None
 
@@ -179,7 +182,13 @@ class MyStatsRead(BaseModel):
     flagged: int
     images_left: int = Field(
         description="Images the caller may still be given: their questions need votes and the caller has not "
-        "finished or flagged them (those they skipped included); 0 when the queue is finished for them."
+        "finished or flagged them (those they skipped included); 0 when the queue is finished for them, "
+        "or settled."
+    )
+    settled: bool = Field(
+        default=False,
+        description="The competition samples actively and its ranking is settled: nothing useful is left "
+        "to label (POST …/next says `settled`).",
     )
 
 
@@ -333,3 +342,24 @@ class WorkRecordRead(BaseModel):
     def of(cls, record: WorkRecord) -> "WorkRecordRead":
         """The API view of a work record."""
         return cls(**vars(record), gold_accuracy=record.gold_accuracy)
+
+
+class SamplingUpdate(BaseModel):
+    """How the competition's labelling queue picks the next image."""
+
+    sampling: Sampling = Field(
+        description="`uniform`: every selected image of every pair to a strict majority of the panel, the "
+        "paper's protocol; `active`: the images of the pairs that can still change the ranking first, "
+        "questions decided by two or more agreeing votes of reliable annotators, and nothing more once "
+        "the ranking is settled (README, Active sampling)."
+    )
+
+
+class SamplingRead(BaseModel):
+    """A competition's sampling and, under active sampling, the policy's last decision."""
+
+    sampling: Sampling
+    settled: bool = Field(description="Active sampling: the policy found the ranking settled.")
+    annotator_reliability: float | None = Field(
+        description="Active sampling: the annotators' accuracy the policy last estimated (null before)."
+    )

@@ -85,6 +85,9 @@ _CALLER_COLUMNS = (
     _competitions.c.gold_rate,
     _competitions.c.gold_threshold,
     _competitions.c.gold_min_answers,
+    _competitions.c.sampling,
+    _competitions.c.annotator_reliability,
+    _competitions.c.settled,
     _PAUSED.label("paused"),
     _competitions.c.members_only,
     _members.c.user_id.label("member_id"),
@@ -164,26 +167,44 @@ def _running_leases_of_others(item_id):
     )
 
 
-_OPEN_FOR_USER = (
-    _items.c.competition_id == bindparam("competition_id"),
-    _items.c.needed > 0,
-    ~exists().where(
-        _mine.c.item_id == _items.c.id, _mine.c.user_id == bindparam("user_id"), _mine.c.status != _LEASED
-    ),
-)
-QUEUE_HEAD = HotStatement(
-    select(_items.c.id, _items.c.image_id, _items.c.discarded)
-    .where(
-        *_OPEN_FOR_USER,
-        _running_leases_of_others(_items.c.id) < _items.c.needed,
-        _items.c.id.not_in(bindparam("rejected", expanding=True)),
+def _open_for_user(parked_left_out: bool) -> tuple:
+    """An open item of the competition that the annotator has not finished, flagged or skipped; under active
+    sampling (parked_left_out) not a parked one (priority 0: all its pairs settled)."""
+    return (
+        _items.c.competition_id == bindparam("competition_id"),
+        _items.c.needed > 0,
+        *((_items.c.priority > 0,) if parked_left_out else ()),
+        ~exists().where(
+            _mine.c.item_id == _items.c.id, _mine.c.user_id == bindparam("user_id"), _mine.c.status != _LEASED
+        ),
     )
-    .order_by(_items.c.needed, _items.c.spread, _items.c.shuffle)
-    .limit(literal_column("1"))
-    .with_for_update(skip_locked=True, of=_items)
-)
+
+
+def _queue_head(parked_left_out: bool, *order) -> HotStatement:
+    """The first open item for the annotator in this order with a free lease slot, locked (QUEUE_HEAD)."""
+    return HotStatement(
+        select(_items.c.id, _items.c.image_id, _items.c.discarded)
+        .where(
+            *_open_for_user(parked_left_out),
+            _running_leases_of_others(_items.c.id) < _items.c.needed,
+            _items.c.id.not_in(bindparam("rejected", expanding=True)),
+        )
+        .order_by(*order)
+        .limit(literal_column("1"))
+        .with_for_update(skip_locked=True, of=_items)
+    )
+
+
+QUEUE_HEAD = _queue_head(False, _items.c.needed, _items.c.spread, _items.c.shuffle)
 """The first open item in queue order that the annotator has not finished or flagged and that has a free
 lease slot (other annotators' running leases fewer than the votes it needs), locked, skipping locked ones."""
+ACTIVE_QUEUE_HEAD = _queue_head(
+    True, _items.c.needed, _items.c.priority.desc(), _items.c.spread, _items.c.shuffle
+)
+"""QUEUE_HEAD under active sampling: partly voted first, then the highest priority
+(ix_label_items_active_queue), never a parked item."""
+ACTIVE_FLOOR_HEAD = _queue_head(True, _items.c.needed, _items.c.spread, _items.c.shuffle)
+"""QUEUE_HEAD's order among the items active sampling has not parked: the uniform floor of its picks."""
 
 LABEL_SET = select(
     _competitions.c.class_names, _competitions.c.taxonomy, _competitions.c.taxonomy_source
@@ -214,8 +235,10 @@ GOLD_IMAGE = (
 )
 """A random image with a gold question the annotator has not answered, that they did not flag or skip."""
 
-ANY_OPEN_FOR_USER = select(exists().where(*_OPEN_FOR_USER))
+ANY_OPEN_FOR_USER = select(exists().where(*_open_for_user(False)))
 """Whether any item is open for the annotator, leased to others or not."""
+ANY_ACTIVE_OPEN_FOR_USER = select(exists().where(*_open_for_user(True)))
+"""ANY_OPEN_FOR_USER among the items active sampling has not parked."""
 
 _GOLD_FOR_USER = and_(
     bindparam("gold_mixed_in", type_=Boolean),
@@ -227,31 +250,50 @@ _GOLD_FOR_USER = and_(
     ),
 )
 """The item has a gold question the annotator has not answered, and the competition mixes gold in."""
-_SKIPPED_BY_USER = (
-    _items.c.competition_id == bindparam("competition_id"),
-    or_(_items.c.needed > 0, _GOLD_FOR_USER),
-    _mine.c.item_id == _items.c.id,
-    _mine.c.user_id == bindparam("user_id"),
-    _mine.c.status == _SKIPPED,
-)
-SKIPPED_HEAD = HotStatement(
-    select(_items.c.id, _items.c.image_id, _items.c.discarded)
-    .select_from(_items.join(_mine, _mine.c.item_id == _items.c.id))
-    .where(
-        *_SKIPPED_BY_USER,
-        or_(_running_leases_of_others(_items.c.id) < _items.c.needed, _items.c.needed == 0),
-        _items.c.id.not_in(bindparam("rejected", expanding=True)),
+
+
+def _skipped_by_user(parked_left_out: bool) -> tuple:
+    """An item the annotator skipped that is open (under active sampling, and not parked) or has gold for
+    them."""
+    still_asked = _items.c.needed > 0
+    if parked_left_out:
+        still_asked = and_(still_asked, _items.c.priority > 0)
+    return (
+        _items.c.competition_id == bindparam("competition_id"),
+        or_(still_asked, _GOLD_FOR_USER),
+        _mine.c.item_id == _items.c.id,
+        _mine.c.user_id == bindparam("user_id"),
+        _mine.c.status == _SKIPPED,
     )
-    .order_by(_mine.c.leased_at)
-    .limit(literal_column("1"))
-    .with_for_update(skip_locked=True, of=_items)
-)
+
+
+def _skipped_head(parked_left_out: bool) -> HotStatement:
+    """SKIPPED_HEAD, leaving parked items out under active sampling."""
+    return HotStatement(
+        select(_items.c.id, _items.c.image_id, _items.c.discarded)
+        .select_from(_items.join(_mine, _mine.c.item_id == _items.c.id))
+        .where(
+            *_skipped_by_user(parked_left_out),
+            or_(_running_leases_of_others(_items.c.id) < _items.c.needed, _items.c.needed == 0),
+            _items.c.id.not_in(bindparam("rejected", expanding=True)),
+        )
+        .order_by(_mine.c.leased_at)
+        .limit(literal_column("1"))
+        .with_for_update(skip_locked=True, of=_items)
+    )
+
+
+SKIPPED_HEAD = _skipped_head(False)
 """The item the annotator skipped longest ago that is open with a free lease slot, or that has a gold question
 they have not answered (gold is handed to everyone, needing no slot), locked, skipping locked ones: what the
 queue offers once nothing else is left for them. A skipped gold image comes back as a skipped regular one
 does, so that skipping tells nothing and dodges no gold."""
-ANY_SKIPPED_FOR_USER = select(exists().where(*_SKIPPED_BY_USER))
+ACTIVE_SKIPPED_HEAD = _skipped_head(True)
+"""SKIPPED_HEAD under active sampling: never a parked item (unless it has gold for the annotator)."""
+ANY_SKIPPED_FOR_USER = select(exists().where(*_skipped_by_user(False)))
 """Whether an item the annotator skipped is still open, or still has gold for them."""
+ANY_ACTIVE_SKIPPED_FOR_USER = select(exists().where(*_skipped_by_user(True)))
+"""ANY_SKIPPED_FOR_USER, parked items left out."""
 
 LOCK_ITEM_UNLESS_LOCKED = (
     select(_items.c.id, _items.c.image_id, _items.c.discarded)

@@ -31,7 +31,7 @@ from app.labelling.models import (
     Question,
 )
 from app.labelling.statements import ITEM_OF_IMAGE
-from app.labelling.types import LabellingSettings, PairEntry
+from app.labelling.types import LabellingSettings, PairEntry, early_votes
 
 SHUFFLE_RANGE = 2**31
 
@@ -182,7 +182,9 @@ def ask(
                     "image_id": image_id,
                     "spread": images[image_id][0],
                     "shuffle": random.randrange(SHUFFLE_RANGE),
-                    "needed": rules.majority(competition.panel_size),
+                    "needed": rules.votes_still_needed(
+                        0, 0, competition.panel_size, early_votes(competition)
+                    ),
                 }
                 for image_id in new_images
             ],

@@ -3,9 +3,11 @@ competition as labelling reads them."""
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Literal, Protocol
 
-from app.competitions.models import Competition
+from app.competitions.models import Competition, Sampling
+from app.core.active import annotator_reliability
+from app.labelling import rules
 from app.users.models import Role
 
 PairEntry = tuple[int, float, int, int, float, float]
@@ -45,8 +47,9 @@ class PresentedItem:
     lease_expires_at: datetime
 
 
-NextItemStatus = Literal["item", "busy", "skipped", "finished"]
-"""Whether there is a next item, and if not why: all leased to others, only skipped ones left, none left."""
+NextItemStatus = Literal["item", "busy", "skipped", "finished", "settled"]
+"""Whether there is a next item, and if not why: all leased to others, only skipped ones left, none left,
+nothing useful left (active sampling: the ranking is settled)."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,8 @@ class SubmitResult:
     item_done: bool
     paused: str | None
     annotators_needed: int
+    refresh_due: bool = False
+    """Active sampling: these answers took the decided questions to the policy's next refresh."""
 
 
 @dataclass(frozen=True)
@@ -114,7 +119,9 @@ class Labeller:
 @dataclass(frozen=True)
 class LabellingSettings:
     """What labelling reads of a competition: its id, its creation time (which keys the cached class
-    names), the panel size, the gold rate and the gold accuracy that pauses an annotator."""
+    names), the panel size, the gold rate and the gold accuracy that pauses an annotator, its sampling, and
+    the annotators' reliability (None before it) and whether the ranking was settled at the active policy's
+    last refresh."""
 
     id: int
     created_at: datetime
@@ -122,6 +129,9 @@ class LabellingSettings:
     gold_rate: float
     gold_threshold: float
     gold_min_answers: int
+    sampling: Sampling = Sampling.uniform
+    annotator_reliability: float | None = None
+    settled: bool = False
 
     @classmethod
     def of(cls, competition: Competition) -> "LabellingSettings":
@@ -133,4 +143,41 @@ class LabellingSettings:
             competition.gold_rate,
             competition.gold_threshold,
             competition.gold_min_answers,
+            Sampling(competition.sampling),
+            competition.annotator_reliability,
+            competition.settled,
         )
+
+
+class Sampled(Protocol):
+    """A competition as active sampling reads it (LabellingSettings, or its row)."""
+
+    @property
+    def panel_size(self) -> int: ...
+    @property
+    def sampling(self) -> Sampling: ...
+    @property
+    def annotator_reliability(self) -> float | None: ...
+    @property
+    def settled(self) -> bool: ...
+
+
+def actively_sampled(competition: Sampled) -> bool:
+    """Whether the competition samples actively (issue 24)."""
+    return competition.sampling == Sampling.active
+
+
+def nothing_useful_left(competition: Sampled) -> bool:
+    """Under active sampling, the ranking is settled: the queue offers nothing more."""
+    return actively_sampled(competition) and competition.settled
+
+
+def early_votes(competition: Sampled) -> int | None:
+    """The agreeing votes that decide a question early under active sampling (rules.early_agreement, with
+    the prior's reliability before the policy's first refresh); None under uniform sampling."""
+    if not actively_sampled(competition):
+        return None
+    reliability = competition.annotator_reliability
+    return rules.early_agreement(
+        competition.panel_size, annotator_reliability(0, 0) if reliability is None else reliability
+    )

@@ -17,7 +17,7 @@ from app.labelling import rules
 from app.labelling.items import lock_item, refresh_needed, set_assignment
 from app.labelling.models import AssignmentStatus, DifficultyFlag, LabelItem, Question, UndoDepth, Vote
 from app.labelling.queue import present
-from app.labelling.types import Labeller, LabellingSettings, UndoResult
+from app.labelling.types import Labeller, LabellingSettings, UndoResult, early_votes
 
 KEPT = "a flag on an image the panel has discarded stays (the image has left its pairs)"
 """What undo says of the flags it steps past."""
@@ -52,7 +52,7 @@ def undo_last(*, db_session: Session, competition: LabellingSettings, user: Labe
     else:
         question = db_session.get_one(Question, step.question_id, populate_existing=True)
         if question.gold_answer is None and not user.votes_excluded:
-            rules.count_vote(question, step.answer, -1, competition.panel_size, now)
+            rules.count_vote(question, step.answer, -1, competition.panel_size, now, early_votes(competition))
         db_session.delete(step)
         db_session.flush()
         refresh_needed(db_session, competition, [item])

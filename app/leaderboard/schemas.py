@@ -97,6 +97,39 @@ class PairWithoutLabels(BaseModel):
     )
 
 
+class InformativePair(BaseModel):
+    """A pair the active policy still wants images of."""
+
+    classifier_a_id: int
+    classifier_a: str
+    classifier_b_id: int
+    classifier_b: str
+
+
+class ActiveSamplingRead(BaseModel):
+    """What active sampling settled and what it cost (issue 24; README, Active sampling)."""
+
+    settled: bool = Field(
+        description="The policy's stop rule holds at its last run: every pair is decided by its bootstrap "
+        "(docs/architecture.md, Active sampling: its order reversed in few refits once it has enough "
+        "images), hopeless to decide, or without images left; the queue then offers nothing more. While "
+        "false, every classifier is provisional."
+    )
+    status: str = Field(description="`settled` or `provisional`, as `settled` says.")
+    votes_used: int = Field(description="Votes stored on the competition's regular questions.")
+    full_design_votes: int = Field(description="Estimated votes of the full design (`full_design`).")
+    share_of_full_design: float | None = Field(description="votes_used / full_design_votes.")
+    full_design: str = Field(description="How the full design's votes are estimated.")
+    informative_pairs: list[InformativePair] = Field(
+        description="Pairs still worth labelling at the policy's last run, most informative first."
+    )
+    annotator_reliability: float | None = Field(
+        description="The annotators' accuracy the policy last estimated, which lets agreeing votes decide "
+        "a question before a full majority (null before its first run)."
+    )
+    refreshed_at: datetime | None = Field(description="When the policy last ran.")
+
+
 class LeaderboardRead(BaseModel):
     """The MAD ranking of a competition from its decided questions, with uncertainty and comparisons."""
 
@@ -129,6 +162,11 @@ class LeaderboardRead(BaseModel):
     )
     case_shares: CaseSharesRead
     matrices: MatricesRead
+    active: ActiveSamplingRead | None = Field(
+        default=None,
+        description="Under active sampling: whether the ranking is settled, the votes used and their share "
+        "of the full design's, the pairs still informative (null under uniform sampling).",
+    )
 
 
 class HistoryPoint(BaseModel):

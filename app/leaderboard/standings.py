@@ -43,6 +43,7 @@ from app.leaderboard.schemas import (
     PairWithoutLabels,
     UnrankedClassifier,
 )
+from app.leaderboard.settling import active_provisional_rule, active_sampling
 
 BOOTSTRAP_RESAMPLES = 1000
 BOOTSTRAP_LEVEL = 0.95
@@ -120,6 +121,7 @@ def compute_leaderboard(*, db_session: Session, competition: Competition) -> Lea
         if {selection.classifier_a_id, selection.classifier_b_id} <= ranked_ids
     ]
     shares = case_shares(counts)
+    active = active_sampling(db_session, competition)
     common = dict(
         competition_id=competition.id,
         competition_name=competition.name,
@@ -127,7 +129,12 @@ def compute_leaderboard(*, db_session: Session, competition: Competition) -> Lea
         bootstrap=BootstrapSettings(
             n_resamples=BOOTSTRAP_RESAMPLES, level=BOOTSTRAP_LEVEL, seed=BOOTSTRAP_SEED
         ),
-        provisional_rule=PROVISIONAL_RULE,
+        provisional_rule=(
+            PROVISIONAL_RULE
+            if active is None
+            else active_provisional_rule(BOOTSTRAP_LEVEL, PROVISIONAL_RANK_SPREAD)
+        ),
+        active=active,
         panel_size=competition.panel_size,
         pairs_without_labels=_pairs_without_labels(db_session, competition, classifiers, counts),
         short_pairs=[selection for selection in selections if selection.selected < selection.k],
@@ -172,7 +179,8 @@ def compute_leaderboard(*, db_session: Session, competition: Competition) -> Lea
                 score_high=float(intervals.score_high[i]),
                 rank_low=int(intervals.rank_low[i]),
                 rank_high=int(intervals.rank_high[i]),
-                provisional=spread > PROVISIONAL_RANK_SPREAD or int(fewest[i]) < settled_with,
+                provisional=spread > PROVISIONAL_RANK_SPREAD
+                or (int(fewest[i]) < settled_with if active is None else not active.settled),
                 no_rank=_no_rank(classifier.id, m, selections) if counts.without_evidence[i] else None,
                 hodge_score=float(ranking.hodge[i]),
                 hodge_rank=int(hodge_ranks[i]),

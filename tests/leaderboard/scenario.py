@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from app.classifiers import service as classifiers_service
 from app.classifiers.models import Classifier
-from app.competitions.models import Competition
+from app.competitions.models import Competition, Sampling
 from app.competitions.schemas import CompetitionCreate
 from app.competitions.service import create_competition
 from app.images.models import Image
@@ -48,7 +48,9 @@ Contains = Callable[[int, int], bool]
 """contains(ordinal, class_index): does the image at this ordinal show this class (the annotators' truth)."""
 
 
-def digits_competition(db_session: Session, name: str = "digits", k: int = 6) -> Competition:
+def digits_competition(
+    db_session: Session, name: str = "digits", k: int = 6, sampling: Sampling = Sampling.uniform
+) -> Competition:
     """A competition over the ten digits (custom taxonomy: round and straight digits) with no confidence
     threshold and no per-label cap, so small hand-made predictions select predictably."""
     return create_competition(
@@ -60,6 +62,7 @@ def digits_competition(db_session: Session, name: str = "digits", k: int = 6) ->
             k=k,
             confidence_threshold=0.0,
             max_per_label=1000,
+            sampling=sampling,
         ),
     )
 

@@ -634,3 +634,14 @@ def test_numbers_and_text_no_column_can_hold_are_refused(
             headers=annotator_headers,
         )
         assert answered.status_code == (422 if backend == "postgres" else 404), answered.text
+
+
+def test_a_competition_chooses_its_sampling_through_the_cli(cli_env):
+    refused = invoke(cli_env, "competitions", "create", "bandit-test", "--sampling", "bandit")
+    assert refused.exit_code == 1 and "sampling" in refused.output, refused.output
+    assert query(cli_env["MAD_DATABASE_URL"], select(func.count()).select_from(Competition)) == [(0,)]
+    assert invoke(cli_env, "competitions", "create", "active-test", "--sampling", "active").exit_code == 0
+    assert query(cli_env["MAD_DATABASE_URL"], select(Competition.name, Competition.sampling)) == [
+        ("active-test", "active")
+    ]
+    assert "active" in invoke(cli_env, "competitions", "list").output.split()

@@ -1,0 +1,315 @@
+"""Active sampling in the service (issue 24; docs/architecture.md, The labelling queue): when the policy of
+app.core.active reruns, what it writes for the queue, and what settling cost.
+
+Every answer that decides questions adds them to the competition's count (count_decisions, one upsert);
+once DEFAULT_REFRESH_EVERY are decided, the policy reruns after the response (refresh_if_due): on the
+pairs' labelled outcomes and open images it gives each label item the sum of its open pairs' priorities
+(normalised to at most 1; 0 parks the item), the annotators' reliability (which may let fewer agreeing
+votes decide a question) and whether the ranking is settled (the queue then offers nothing more). Uniform
+competitions never reach any of this. Locks: the competition's row, then its items in id order, then its
+policy row (a submit holds an item, then the policy row), so that none waits in a cycle.
+"""
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+from sqlalchemy import and_, case, func, or_, select, update
+from sqlalchemy.orm import Session
+
+from app.classifiers.enums import ClassifierStatus
+from app.classifiers.service import list_classifiers
+from app.competitions.models import Competition, Sampling
+from app.core.active import (
+    DEFAULT_REFRESH_EVERY,
+    PolicyDecision,
+    active_policy,
+    annotator_reliability,
+    image_priority,
+)
+from app.core.ranking import count_outcomes
+from app.db.base import utcnow
+from app.db.statements import conflict_insert
+from app.labelling import rules
+from app.labelling.items import lock_items, refresh_needed
+from app.labelling.models import ActivePolicy, LabelItem, PairImage, PairImageRole, PairSubset, Question, Vote
+from app.labelling.results import QUESTION_A, QUESTION_B, pair_outcomes, with_pair_questions
+from app.labelling.types import LabellingSettings, early_votes
+from app.users.models import User
+
+FULL_DESIGN = (
+    "every selected image's questions each labelled to a strict majority of the panel: the fewest votes the "
+    "paper's protocol spends (disagreements cost it more), so the share of it shown is an upper bound"
+)
+"""How the full design's votes are estimated (shown beside them)."""
+
+
+def count_decisions(db_session: Session, competition: LabellingSettings, decided: int) -> bool:
+    """Add questions just decided to the competition's count since the last refresh (one upsert, holding
+    the policy row until commit); whether the count has reached DEFAULT_REFRESH_EVERY."""
+    insert = conflict_insert(db_session, ActivePolicy).values(
+        competition_id=competition.id,
+        decided_since_refresh=decided,
+        informative_pairs=[],
+        votes_used=0,
+        full_design_votes=0,
+    )
+    total = db_session.scalar(
+        insert.on_conflict_do_update(
+            index_elements=[ActivePolicy.competition_id],
+            set_={"decided_since_refresh": ActivePolicy.decided_since_refresh + decided},
+        ).returning(ActivePolicy.decided_since_refresh)
+    )
+    return total is not None and total >= DEFAULT_REFRESH_EVERY
+
+
+def refresh_if_due(db_session: Session, *, competition_id: int, due: int) -> None:
+    """Rerun the policy if the competition still samples actively and `due` questions were decided since
+    the last run (another request's refresh may have run meanwhile)."""
+    _lock_policy(db_session, competition_id)
+    decided = db_session.scalar(
+        select(ActivePolicy.decided_since_refresh).where(ActivePolicy.competition_id == competition_id)
+    )
+    competition = db_session.get(Competition, competition_id, populate_existing=True)
+    if decided is None or decided < due:
+        return
+    if competition is not None and competition.sampling == Sampling.active:
+        refresh(db_session, competition, counted=decided)
+
+
+def _lock_policy(db_session: Session, competition_id: int, skip_locked: bool = False) -> bool:
+    """Serialise the policy's runs on a competition: its row FOR NO KEY UPDATE, which the foreign-key
+    checks of labelling's inserts (FOR KEY SHARE: votes, the policy row) do not wait for, nor it for them
+    (a FOR UPDATE deadlocked with them on Postgres). Whether it is held (skip_locked: not if another run
+    holds it)."""
+    statement = select(Competition.id).where(Competition.id == competition_id)
+    locked = statement.with_for_update(key_share=True, skip_locked=skip_locked)
+    return db_session.scalar(locked) is not None
+
+
+def settled_now(db_session: Session, competition_id: int) -> bool:
+    """Whether the ranking is settled once the policy reruns on the questions decided since its last run
+    (if any were): what an annotator with nothing left in the queue is told (the last images may be
+    decided between two refreshes). Not while another refresh holds the competition's row: this request
+    may hold items that refresh waits for (it is then told so next time)."""
+    decided = db_session.scalar(
+        select(ActivePolicy.decided_since_refresh).where(ActivePolicy.competition_id == competition_id)
+    )
+    if not decided:
+        return False
+    if not _lock_policy(db_session, competition_id, skip_locked=True):
+        return False
+    competition = db_session.get_one(Competition, competition_id, populate_existing=True)
+    refresh(db_session, competition, counted=decided)
+    return competition.settled
+
+
+@dataclass(frozen=True)
+class OpenPairs:
+    """Each stored pair's classifier indices among the ranked, and the images of it still open (selected,
+    a question undecided) with the pairs of each such image."""
+
+    index_of: dict[int, int]
+    open_images: np.ndarray
+    pairs_of_image: dict[int, list[tuple[int, int]]]
+
+
+def refresh(db_session: Session, competition: Competition, counted: int = 0) -> PolicyDecision | None:
+    """Rerun the policy (module docstring) and write its decision; `counted`: the decided questions it
+    answers for, taken off the count. None when fewer than two classifiers have pairs."""
+    _lock_policy(db_session, competition.id)
+    before = early_votes(competition)
+    by_pair = pair_outcomes(db_session=db_session, competition=competition)
+    pairs = _open_pairs(db_session, competition, by_pair)
+    m = len(pairs.index_of)
+    decision = None
+    if m >= 2:
+        index = pairs.index_of
+        outcomes = {
+            (index[a], index[b]): (labels[:, 0], labels[:, 1])
+            for (a, b), labels in by_pair.items()
+            if a in index and b in index
+        }
+        counts = count_outcomes(outcomes, m)
+        decision = active_policy(counts, pairs.open_images, alpha=competition.smoothing)
+        _write_priorities(db_session, competition, pairs, decision.priority)
+        competition.settled = decision.settled and bool(counts.n.sum())
+    competition.annotator_reliability = _reliability(db_session, competition)
+    db_session.flush()
+    settings = LabellingSettings.of(competition)
+    if early_votes(settings) != before:
+        redecide_open(db_session, settings)
+    _write_policy_row(db_session, competition, pairs, decision, counted)
+    return decision
+
+
+def _open_pairs(
+    db_session: Session, competition: Competition, by_pair: dict[tuple[int, int], np.ndarray]
+) -> OpenPairs:
+    """The ranked classifiers (neither retired nor failed, in a stored pair) and the pairs' open images."""
+    in_pairs = {classifier_id for pair in by_pair for classifier_id in pair}
+    ranked = [
+        c.id
+        for c in list_classifiers(db_session=db_session, competition_id=competition.id)
+        if c.id in in_pairs and c.status not in (ClassifierStatus.retired, ClassifierStatus.failed)
+    ]
+    index_of = {classifier_id: index for index, classifier_id in enumerate(ranked)}
+    open_images = np.zeros((len(ranked), len(ranked)), dtype=np.int64)
+    pairs_of_image: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    rows = db_session.execute(
+        with_pair_questions(
+            select(PairSubset.classifier_a_id, PairSubset.classifier_b_id, PairImage.image_id)
+            .select_from(PairSubset)
+            .join(PairImage, PairImage.subset_id == PairSubset.id),
+            decided=False,
+        ).where(
+            PairSubset.competition_id == competition.id,
+            PairImage.role == PairImageRole.selected,
+            or_(QUESTION_A.outcome.is_(None), QUESTION_B.outcome.is_(None)),
+        )
+    ).all()
+    for a_id, b_id, image_id in rows:
+        if a_id in index_of and b_id in index_of:
+            i, j = index_of[a_id], index_of[b_id]
+            open_images[i, j] += 1
+            open_images[j, i] += 1
+            pairs_of_image[image_id].append((i, j))
+    return OpenPairs(index_of, open_images, pairs_of_image)
+
+
+def _write_priorities(
+    db_session: Session, competition: Competition, pairs: OpenPairs, priority: np.ndarray
+) -> None:
+    """Each item's priority: image_priority over its open pairs (the sum of their priority[i, j]), over the
+    largest item's (0 parks it); written in id order where it changed."""
+    items = db_session.execute(
+        select(LabelItem.id, LabelItem.image_id, LabelItem.priority)
+        .where(LabelItem.competition_id == competition.id)
+        .order_by(LabelItem.id)
+    ).all()
+    values = [image_priority(priority, pairs.pairs_of_image.get(image_id, ())) for _, image_id, _ in items]
+    top = max(values, default=0.0)
+    changed = []
+    for (item_id, _, old), value in zip(items, values, strict=True):
+        new = value / top if top > 0 else 0.0
+        if new != old:
+            changed.append({"id": item_id, "priority": new})
+    if changed:
+        db_session.execute(update(LabelItem), changed)
+
+
+def _reliability(db_session: Session, competition: Competition) -> float:
+    """annotator_reliability over the counted votes on regular questions against their decided outcomes (as
+    ACTIVE_INTERFACE.md and `mad simulate` count them)."""
+    agrees = Vote.answer == Question.outcome
+    agreeing, disagreeing = db_session.execute(
+        select(func.sum(case((agrees, 1), else_=0)), func.sum(case((agrees, 0), else_=1)))
+        .join(Question, Question.id == Vote.question_id)
+        .join(User, User.id == Vote.user_id)
+        .where(
+            Question.competition_id == competition.id,
+            Question.outcome.is_not(None),
+            Question.gold_answer.is_(None),
+            ~User.votes_excluded,
+        )
+    ).one()
+    return annotator_reliability(int(agreeing or 0), int(disagreeing or 0))
+
+
+def redecide_open(db_session: Session, competition: LabellingSettings) -> None:
+    """Decide the open regular questions by the competition's rule as it now is (rules.decide with its
+    `early`) and recompute the `needed` of their items, locked first in id order; decided questions stay."""
+    open_regular = (
+        Question.competition_id == competition.id,
+        Question.outcome.is_(None),
+        Question.gold_answer.is_(None),
+        ~Question.adjudicated,
+    )
+    image_ids = db_session.scalars(
+        select(Question.image_id).where(*open_regular).distinct().order_by(Question.image_id)
+    ).all()
+    items = lock_items(db_session, competition, list(image_ids))
+    now = utcnow()
+    for question in db_session.scalars(select(Question).where(*open_regular)):
+        rules.decide(question, competition.panel_size, now, early_votes(competition))
+    refresh_needed(db_session, competition, items)
+
+
+def _write_policy_row(
+    db_session: Session,
+    competition: Competition,
+    pairs: OpenPairs,
+    decision: PolicyDecision | None,
+    counted: int,
+) -> None:
+    """Store the decision (informative pairs as [a_id, b_id], votes used, the full design's) and take the
+    decided questions it answers for off the count."""
+    ids = {index: classifier_id for classifier_id, index in pairs.index_of.items()}
+    informative = [] if decision is None else [[ids[i], ids[j]] for i, j in decision.informative_pairs]
+    cost = active_cost(db_session, competition.id, competition.panel_size)
+    values = {
+        "informative_pairs": informative,
+        "votes_used": cost.votes_used,
+        "full_design_votes": cost.full_design_votes,
+        "refreshed_at": utcnow(),
+    }
+    insert = conflict_insert(db_session, ActivePolicy).values(
+        competition_id=competition.id, decided_since_refresh=0, **values
+    )
+    remaining = case(
+        (ActivePolicy.decided_since_refresh > counted, ActivePolicy.decided_since_refresh - counted), else_=0
+    )
+    db_session.execute(
+        insert.on_conflict_do_update(
+            index_elements=[ActivePolicy.competition_id], set_={**values, "decided_since_refresh": remaining}
+        )
+    )
+
+
+@dataclass(frozen=True)
+class ActiveCost:
+    """Votes spent on regular questions, and the full design's (FULL_DESIGN)."""
+
+    votes_used: int
+    full_design_votes: int
+
+
+def active_cost(db_session: Session, competition_id: int, panel_size: int) -> ActiveCost:
+    """Votes stored on the competition's regular questions (every annotator's: what labelling cost), and
+    FULL_DESIGN's estimate: its regular questions on images not discarded × a strict majority of the panel."""
+    votes_used = db_session.scalar(
+        select(func.count())
+        .select_from(Vote)
+        .join(Question, Question.id == Vote.question_id)
+        .where(Vote.competition_id == competition_id, Question.gold_answer.is_(None))
+    )
+    questions = db_session.scalar(
+        select(func.count())
+        .select_from(Question)
+        .join(
+            LabelItem,
+            and_(LabelItem.competition_id == competition_id, LabelItem.image_id == Question.image_id),
+        )
+        .where(Question.competition_id == competition_id, Question.gold_answer.is_(None))
+        .where(~LabelItem.discarded)
+    )
+    return ActiveCost(int(votes_used or 0), int(questions or 0) * rules.majority(panel_size))
+
+
+def set_sampling(db_session: Session, competition: Competition, sampling: Sampling) -> None:
+    """Switch a competition's sampling: to active, the policy runs at once; to uniform (the paper's full
+    protocol), every open item needs a strict majority again (questions decided early stay decided)."""
+    _lock_policy(db_session, competition.id)
+    if competition.sampling == sampling:
+        return
+    competition.sampling = sampling
+    db_session.flush()
+    if sampling == Sampling.active:
+        refresh(db_session, competition)
+        return
+    redecide_open(db_session, LabellingSettings.of(competition))
+
+
+def last_decision(db_session: Session, competition_id: int) -> ActivePolicy | None:
+    """The competition's policy row (its last decision), if the policy has run or counted."""
+    return db_session.get(ActivePolicy, competition_id)

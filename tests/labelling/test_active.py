@@ -1,0 +1,273 @@
+"""Active sampling through the HTTP API (issue 24): the same small competition labelled by the same truthful
+annotators under uniform and under active sampling; the dynamic panel; the sampling setting."""
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from itertools import combinations
+
+import httpx
+import numpy as np
+from sqlalchemy import func, select
+
+from app.competitions.models import Competition, Sampling
+from app.labelling.models import ActivePolicy, LabelItem, Question, Vote
+from app.labelling.subsets import store_pair_subset
+from tests.labelling.factories import (
+    LabellingCalls,
+    add_classifiers,
+    add_images,
+    entries,
+    sign_in,
+    users_with_tokens,
+)
+from tests.leaderboard.scenario import digits_competition
+
+K = 24
+ACCURACIES = (0.95, 0.7, 0.4, 0.1)
+"""Each classifier's chance of being right on an image of its pairs: a clear true order."""
+ANNOTATORS = 5
+
+
+def build(db_session, name: str, sampling: Sampling, images: int, k: int = K) -> tuple[Competition, dict]:
+    """Four classifiers, each pair with k new images of its own (labels zero and one; `images` seeds them),
+    whether each classifier is right on each image drawn from ACCURACIES (the same draws every time): the
+    competition, and the truth by image id as {class name: contains}."""
+    competition = digits_competition(db_session, name, k, sampling)
+    classifier_ids = add_classifiers(db_session, competition, len(ACCURACIES))
+    rng = np.random.default_rng(3)
+    truth = {}
+    for number, (a, b) in enumerate(combinations(range(len(ACCURACIES)), 2)):
+        image_ids = add_images(db_session, competition, k, seed=100_000 * images + 1000 * number)
+        for image_id in image_ids:
+            truth[image_id] = {"zero": rng.random() < ACCURACIES[a], "one": rng.random() < ACCURACIES[b]}
+        store_pair_subset(
+            db_session=db_session,
+            competition=competition,
+            classifier_a_id=classifier_ids[a],
+            classifier_b_id=classifier_ids[b],
+            entries=entries(image_ids, [(0, 1)] * k),
+        )
+    db_session.commit()
+    return competition, truth
+
+
+def label_all(client, db_session, competition: Competition, truth: dict, tokens: list[str]) -> set[str]:
+    """The annotators, in turn, take an image (the one their last answer brought, as the labelling page
+    does, else POST …/next) and answer its questions truthfully until none is given one; the statuses they
+    were last told."""
+    image_of = dict(
+        db_session.execute(
+            select(LabelItem.id, LabelItem.image_id).where(LabelItem.competition_id == competition.id)
+        ).all()
+    )
+    calls = [LabellingCalls(client, competition.id, {"Authorization": f"Bearer {t}"}) for t in tokens]
+    brought: dict[int, dict] = {}
+    last: dict[int, str] = {}
+    while True:
+        given = 0
+        for index, call in enumerate(calls):
+            reply = brought.pop(index, None) or call.post("next")
+            last[index] = reply["status"]
+            if reply["status"] != "item":
+                continue
+            given += 1
+            item = reply["item"]
+            answers = [
+                {"question_id": q["question_id"], "answer": truth[image_of[item["item_id"]]][q["class_name"]]}
+                for q in item["questions"]
+            ]
+            following = call.post("answers", {"answers": answers, "next": True})["next"]
+            if following["status"] == "item":
+                brought[index] = following
+        if not given:
+            return set(last.values())
+
+
+def votes_of(db_session, competition: Competition) -> int:
+    """Votes stored in the competition."""
+    return db_session.scalar(select(func.count()).where(Vote.competition_id == competition.id))
+
+
+def ranks(client, competition: Competition) -> dict[str, tuple[int, int, int]]:
+    """(rank, low, high) of each classifier by its index in registration order, from the leaderboard API."""
+    board = client.get(f"/api/v1/competitions/{competition.id}/leaderboard").json()
+    order = sorted(board["classifiers"], key=lambda s: s["classifier_id"])
+    return {index: (s["mad_rank"], s["rank_low"], s["rank_high"]) for index, s in enumerate(order)}
+
+
+def test_active_sampling_settles_with_fewer_votes_and_the_full_ranking(client, db_session):
+    tokens = [token for _, token in users_with_tokens(db_session, "ann", ANNOTATORS)]
+    uniform, truth_u = build(db_session, "uniform", Sampling.uniform, images=1)
+    active, truth_a = build(db_session, "active", Sampling.active, images=2)
+    assert label_all(client, db_session, uniform, truth_u, tokens) == {"finished"}
+    assert label_all(client, db_session, active, truth_a, tokens) == {"settled"}
+    used, full = votes_of(db_session, active), votes_of(db_session, uniform)
+    assert used < 0.8 * full, (used, full)
+    full_ranks, active_ranks = ranks(client, uniform), ranks(client, active)
+    assert [full_ranks[i][0] for i in range(4)] == [active_ranks[i][0] for i in range(4)] == [1, 2, 3, 4]
+    for index, (rank, _, _) in full_ranks.items():
+        _, low, high = active_ranks[index]
+        assert low <= rank <= high
+    me = LabellingCalls(client, active.id, {"Authorization": f"Bearer {tokens[0]}"}).me()
+    assert me["settled"] is True and me["images_left"] == 0
+    board = client.get(f"/api/v1/competitions/{active.id}/leaderboard").json()
+    assert board["active"]["settled"] is True
+    assert board["active"]["votes_used"] == used
+    assert board["active"]["full_design_votes"] == 2 * 6 * K * 3
+    assert board["active"]["share_of_full_design"] == used / (2 * 6 * K * 3)
+    assert client.get(f"/api/v1/competitions/{uniform.id}/leaderboard").json()["active"] is None
+    page = client.get(f"/competitions/{active.id}/leaderboard").text
+    assert "Active sampling: the ranking is <strong>settled</strong>" in page
+    assert f"Votes used: {used}, {100 * used / (2 * 6 * K * 3):.0f}% of the full design" in page
+    assert "Active sampling" not in client.get(f"/competitions/{uniform.id}/leaderboard").text
+    assert db_session.get(ActivePolicy, uniform.id) is None, "uniform sampling never counts decisions"
+
+
+def test_an_admin_goes_on_to_the_full_design_after_active_sampling_settled(client, db_session, admin_headers):
+    tokens = [token for _, token in users_with_tokens(db_session, "ann", ANNOTATORS)]
+    active, truth = build(db_session, "active", Sampling.active, images=2)
+    assert label_all(client, db_session, active, truth, tokens) == {"settled"}
+    used = votes_of(db_session, active)
+    path = f"/api/v1/competitions/{active.id}/labelling/sampling"
+    assert client.put(path, json={"sampling": "uniform"}, headers=admin_headers).status_code == 200
+    assert label_all(client, db_session, active, truth, tokens) == {"finished"}
+    assert votes_of(db_session, active) > used
+    decided = db_session.execute(
+        select(Question.yes_votes, Question.no_votes).where(Question.competition_id == active.id)
+    ).all()
+    assert all(yes + no >= 2 for yes, no in decided), "every question of every selected image is decided"
+    board = client.get(f"/api/v1/competitions/{active.id}/leaderboard").json()
+    assert board["active"] is None
+    assert sum(s["labelled_images"] for s in board["classifiers"]) == 2 * 6 * K
+
+
+def answer_next_by(client, competition: Competition, tokens: list[str], answer: bool = True) -> list[tuple]:
+    """Each annotator in turn takes the next image and gives this answer to its questions; (item, reply)s."""
+    replies = []
+    for token in tokens:
+        call = LabellingCalls(client, competition.id, {"Authorization": f"Bearer {token}"})
+        item = call.post("next")["item"]
+        answers = [{"question_id": q["question_id"], "answer": answer} for q in item["questions"]]
+        replies.append((item["item_id"], call.post("answers", {"answers": answers})))
+    return replies
+
+
+def outcomes_of(db_session, item_id: int) -> list[bool | None]:
+    """The outcomes of the questions on an item's image."""
+    item = db_session.get(LabelItem, item_id)
+    return db_session.scalars(
+        select(Question.outcome).where(
+            Question.competition_id == item.competition_id, Question.image_id == item.image_id
+        )
+    ).all()
+
+
+def test_two_agreeing_votes_decide_under_active_sampling_and_a_majority_under_uniform(client, db_session):
+    tokens = [token for _, token in users_with_tokens(db_session, "ann", 3)]
+    uniform, _ = build(db_session, "uniform", Sampling.uniform, images=1, k=1)
+    active, _ = build(db_session, "active", Sampling.active, images=2, k=1)
+    active.annotator_reliability = 0.95  # as the policy estimates it from annotators who agree
+    db_session.commit()
+    replies = answer_next_by(client, active, tokens[:2])
+    assert replies[0][0] == replies[1][0]
+    assert [reply["annotators_needed"] for _, reply in replies] == [1, 0]
+    assert outcomes_of(db_session, replies[0][0]) == [True, True]
+    replies = answer_next_by(client, uniform, tokens[:2])
+    assert [reply["annotators_needed"] for _, reply in replies] == [2, 1]
+    assert outcomes_of(db_session, replies[0][0]) == [None, None]
+    ((item_id, reply),) = answer_next_by(client, uniform, tokens[2:])
+    assert item_id == replies[0][0] and reply["annotators_needed"] == 0
+    assert outcomes_of(db_session, item_id) == [True, True]
+
+
+def test_a_disagreement_or_an_unproven_panel_needs_the_majority_under_active_sampling(client, db_session):
+    tokens = [token for _, token in users_with_tokens(db_session, "ann", 2)]
+    unproven, _ = build(db_session, "unproven", Sampling.active, images=1, k=1)
+    replies = answer_next_by(client, unproven, tokens)
+    assert [reply["annotators_needed"] for _, reply in replies] == [2, 1]
+    split, _ = build(db_session, "split", Sampling.active, images=2, k=1)
+    split.annotator_reliability = 0.95
+    db_session.commit()
+    replies = answer_next_by(client, split, tokens[:1]) + answer_next_by(
+        client, split, tokens[1:], answer=False
+    )
+    assert [reply["annotators_needed"] for _, reply in replies] == [1, 2]
+    assert outcomes_of(db_session, replies[0][0]) == [None, None]
+
+
+def test_only_admins_choose_the_sampling_and_only_uniform_or_active(
+    client, db_session, competition, admin_headers, annotator_headers
+):
+    path = f"/api/v1/competitions/{competition.id}/labelling/sampling"
+    assert client.put(path, json={"sampling": "active"}, headers=annotator_headers).status_code == 403
+    assert client.put(path, json={"sampling": "bandit"}, headers=admin_headers).status_code == 422
+    assert client.put(path, json={}, headers=admin_headers).status_code == 422
+    read = client.get(f"/api/v1/competitions/{competition.id}", headers=admin_headers).json()
+    assert read["sampling"] == "uniform"
+    changed = client.put(path, json={"sampling": "active"}, headers=admin_headers)
+    assert changed.status_code == 200
+    assert changed.json() == {"sampling": "active", "settled": False, "annotator_reliability": 0.8}
+    read = client.get(f"/api/v1/competitions/{competition.id}", headers=admin_headers).json()
+    assert read["sampling"] == "active"
+    sign_in(client, "admin")
+    page = client.get(f"/admin/competitions/{competition.id}").text
+    assert 'name="sampling" value="uniform"' in page and "Go on to the full design (uniform)" in page
+    assert (
+        client.put(path, json={"sampling": "uniform"}, headers=admin_headers).json()["sampling"] == "uniform"
+    )
+
+
+def test_switching_to_active_before_any_label_asks_about_every_pair(client, db_session, admin_headers):
+    built, _ = build(db_session, "built", Sampling.uniform, images=1, k=2)
+    path = f"/api/v1/competitions/{built.id}/labelling/sampling"
+    changed = client.put(path, json={"sampling": "active"}, headers=admin_headers).json()
+    assert changed["sampling"] == "active" and changed["settled"] is False, "no label yet settles nothing"
+    priorities = db_session.scalars(
+        select(LabelItem.priority).where(LabelItem.competition_id == built.id)
+    ).all()
+    assert len(priorities) == 12 and all(0 < priority <= 1 for priority in priorities)
+
+
+def label_concurrently(url: str, competition_id: int, truth: dict, image_of: dict, token: str) -> str:
+    """One annotator labelling truthfully through real HTTP, the next image brought by each answer, until
+    none is given; the status then (a 5xx, a deadlock's, raises)."""
+    headers = {"Authorization": f"Bearer {token}"}
+    prefix = f"/api/v1/competitions/{competition_id}/labelling"
+    with httpx.Client(base_url=url, headers=headers, timeout=60) as http:
+        reply = http.post(f"{prefix}/next").raise_for_status().json()
+        while reply["status"] in ("item", "busy"):
+            if reply["status"] == "busy":
+                time.sleep(0.02)
+                reply = http.post(f"{prefix}/next").raise_for_status().json()
+                continue
+            item = reply["item"]
+            answers = [
+                {"question_id": q["question_id"], "answer": truth[image_of[item["item_id"]]][q["class_name"]]}
+                for q in item["questions"]
+            ]
+            body = {"answers": answers, "next": True}
+            reply = http.post(f"{prefix}/answers", json=body).raise_for_status().json()["next"]
+        return http.post(f"{prefix}/next").raise_for_status().json()["status"]
+
+
+def test_annotators_labelling_at_once_settle_an_active_competition(live_server):
+    with live_server.sessions() as db_session:
+        tokens = [token for _, token in users_with_tokens(db_session, "ann", ANNOTATORS)]
+        competition, truth = build(db_session, "crowd", Sampling.active, images=3)
+        image_of = dict(
+            db_session.execute(
+                select(LabelItem.id, LabelItem.image_id).where(LabelItem.competition_id == competition.id)
+            ).all()
+        )
+        competition_id = competition.id
+    with ThreadPoolExecutor(ANNOTATORS) as pool:
+        statuses = list(
+            pool.map(
+                lambda token: label_concurrently(live_server.url, competition_id, truth, image_of, token),
+                tokens,
+            )
+        )
+    assert set(statuses) == {"settled"}
+    with live_server.sessions() as db_session:
+        used = db_session.scalar(select(func.count()).where(Vote.competition_id == competition_id))
+    assert used < 0.8 * 2 * 6 * K * 3
