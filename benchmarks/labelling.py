@@ -28,7 +28,10 @@ latency with no sample rather than a number.
 
     .venv/bin/python benchmarks/labelling.py [--json] [--annotators 50] [--questions 100000]
         [--duration 30] [--baseline-duration 10] [--think-ms 100] [--flow api|page] [--reload-every 10]
-        [--server-workers 2] [--skip-analyze] [--backend postgres|sqlite]
+        [--server-workers 2] [--skip-analyze] [--backend postgres|sqlite] [--sampling uniform|active]
+
+--sampling active runs the same load on a competition under Active MAD (issue 24): the policy runs once
+before the load, then after the responses that bring its refresh due, as the service does.
 """
 
 from __future__ import annotations
@@ -52,7 +55,9 @@ from sqlalchemy import make_url
 REPOSITORY = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPOSITORY))
 
+from app.competitions.models import Sampling  # noqa: E402
 from app.db.engine import create_db_engine, create_sessionmaker  # noqa: E402
+from app.labelling import policy  # noqa: E402
 from app.migrate import upgrade  # noqa: E402
 from app.users import service as users_service  # noqa: E402
 from app.users.models import Role  # noqa: E402
@@ -100,14 +105,16 @@ class Database:
 
 
 def fill(
-    url: str, questions: int, annotators: int, seed: int
+    url: str, questions: int, annotators: int, seed: int, sampling: Sampling
 ) -> tuple[int, list[str], dict[int, bool], float]:
-    """The open questions (benchmarks/open_questions.py) and annotators with tokens; returns the
-    competition id, the tokens, each question's hidden truth, and the seconds it took."""
+    """The open questions (benchmarks/open_questions.py) under `sampling` (active: the policy has run once,
+    as switching to it does) and annotators with tokens; returns the competition id, the tokens, each
+    question's hidden truth, and the seconds it took."""
     started = time.perf_counter()
     engine = create_db_engine(url)
     with create_sessionmaker(engine)() as db_session:
         competition, truth = open_questions_competition(db_session, "bench", questions, seed)
+        policy.set_sampling(db_session, competition, sampling)
         tokens = []
         for index in range(annotators):
             user = users_service.create_user(
@@ -332,7 +339,7 @@ def run(args: argparse.Namespace) -> dict:
         upgrade(database.url)
         print(f"filling {args.questions:,} open questions (minutes at 100,000) …", file=sys.stderr)
         competition_id, tokens, truth, setup_s = fill(
-            database.url, args.questions, args.annotators, args.seed
+            database.url, args.questions, args.annotators, args.seed, Sampling(args.sampling)
         )
         print(f"filled in {setup_s:.0f} s; measuring the baseline, then the labelling …", file=sys.stderr)
         server = Server(database.url, workdir / "data", args.server_workers)
@@ -367,6 +374,7 @@ def run(args: argparse.Namespace) -> dict:
             "open_questions": len(truth),
             "think_ms_per_question": args.think_ms,
             "flow": args.flow,
+            "sampling": args.sampling,
             "server_workers": args.server_workers,
             "setup_s": round(setup_s, 1),
             "duration_s": round(elapsed, 1),
@@ -426,6 +434,12 @@ def main() -> None:
         help="do not analyse after the warm-up (as a server without autovacuum would run)",
     )
     parser.add_argument("--backend", choices=("postgres", "sqlite"), default="postgres")
+    parser.add_argument(
+        "--sampling",
+        choices=[sampling.value for sampling in Sampling],
+        default=Sampling.uniform.value,
+        help="the competition's labelling order: uniform (the paper's), or active (the policy's, refreshed)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     if args.reload_every < 1:
