@@ -7,7 +7,7 @@ from io import BytesIO
 from pathlib import Path
 
 from babel import Locale, negotiate_locale
-from babel.dates import format_date, format_datetime
+from babel.dates import format_date
 from babel.messages.mofile import write_mo
 from babel.messages.pofile import read_po
 from babel.numbers import format_decimal
@@ -90,11 +90,6 @@ def number(value: float, locale: str) -> str:
 def day(value: date | datetime, locale: str) -> str:
     """A date written the language's way, medium length (Nov 26, 2026; 26.11.2026)."""
     return format_date(value, format="medium", locale=locale)
-
-
-def moment(value: datetime, locale: str) -> str:
-    """A date and time written the language's way, medium length."""
-    return format_datetime(value, format="medium", locale=locale)
 
 
 def N_(message: str) -> str:

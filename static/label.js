@@ -15,6 +15,7 @@
   const TEXT = JSON.parse($("label-text").textContent);
   const t = (key, values = {}) => TEXT[key].replace(/\{(\w+)\}/g, (whole, name) => String(values[name] ?? whole));
   const plural = new Intl.PluralRules(app.dataset.locale);
+  const number = new Intl.NumberFormat(app.dataset.locale); // 1,234 in English, 1.234 in German
   const figure = $("figure");
   const frame = $("zoom-frame");
   const image = $("label-image");
@@ -236,7 +237,7 @@
   }
 
   function showImagesLeft() {
-    $("images-left").textContent = imagesLeft ?? "–";
+    $("images-left").textContent = imagesLeft == null ? "–" : number.format(imagesLeft);
   }
 
   async function refreshStats() {
@@ -244,7 +245,7 @@
     answeredToday = stats.answered_today;
     imagesLeft = stats.images_left;
     sinceStats = 0;
-    $("answered-today").textContent = answeredToday;
+    $("answered-today").textContent = number.format(answeredToday);
     showImagesLeft();
   }
 
@@ -293,7 +294,7 @@
     sessionStorage.removeItem(pendingKey);
     counted(result.recorded);
     answeredToday += result.recorded;
-    $("answered-today").textContent = answeredToday;
+    $("answered-today").textContent = number.format(answeredToday);
     return result;
   }
 

@@ -42,7 +42,6 @@ templates.env.filters["role"] = pass_context(
 )
 templates.env.filters["number"] = pass_context(lambda context, value: i18n.number(value, context["locale"]))
 templates.env.filters["day"] = pass_context(lambda context, value: i18n.day(value, context["locale"]))
-templates.env.filters["moment"] = pass_context(lambda context, value: i18n.moment(value, context["locale"]))
 
 
 def csrf_token_for(request: Request) -> str:
@@ -66,7 +65,7 @@ def page_locale(request: Request, user: Any = None) -> str:
 
 def render(request: Request, name: str, status_code: int = 200, **context):
     """Render a page in the reader's language; every template gets `csrf_token`, `user` (None when
-    anonymous), `locale`, the language switch's choices and the `number`, `day` and `moment` filters."""
+    anonymous), `locale`, the language switch's choices and the `number` and `day` filters."""
     context.setdefault("user", None)
     locale = page_locale(request, context["user"])
     return templates.TemplateResponse(

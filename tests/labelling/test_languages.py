@@ -8,6 +8,7 @@ import re
 
 import pytest
 import yaml
+from babel.dates import format_date
 from sqlalchemy import select
 from typer.testing import CliRunner
 
@@ -203,7 +204,10 @@ def test_the_pages_follow_accept_language_then_the_switch_then_the_account(clien
     client.post("/language", data={"locale": "es", "next": "/account", "csrf_token": csrf})
     db_session.expire_all()
     assert db_session.get(User, annotator.id).locale == "es"
-    assert ">Tu cuenta</h1>" in client.get("/account", headers={"Accept-Language": "de"}).text
+    account = client.get("/account", headers={"Accept-Language": "de"}).text
+    assert ">Tu cuenta</h1>" in account
+    made = annotator.created_at
+    assert f"Tu cuenta se creó el {made.day} {format_date(made, 'MMM', locale='es')} {made.year}." in account
 
 
 def test_the_guidelines_name_the_classes_in_the_readers_language_and_count_the_english_ones(
