@@ -7,6 +7,7 @@ import json
 from collections.abc import Iterator
 
 import pytest
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support import expected_conditions
@@ -67,6 +68,13 @@ def wait_for_text(driver, element_id: str, text: str) -> None:
     )
 
 
+def wait_for_language(driver, language: str) -> None:
+    """Wait until the page that the switch's form brought is in this language."""
+    WebDriverWait(driver, PAGE_TIMEOUT_S, ignored_exceptions=[StaleElementReferenceException]).until(
+        lambda d: d.execute_script("return document.documentElement.lang") == language
+    )
+
+
 def ready(driver) -> bool:
     """Whether the image is shown and can be answered."""
     return driver.execute_script(
@@ -112,13 +120,23 @@ def test_the_language_switch_works_from_the_keyboard_and_the_guidelines_follow(s
     assert "ein Gerät, das die Zeit anzeigt" in driver.find_element(By.ID, "class-definitions").text
     english = driver.find_element(By.CSS_SELECTOR, ".language-switch button[value=en]")
     english.send_keys(Keys.ENTER)
-    WebDriverWait(driver, PAGE_TIMEOUT_S).until(
-        lambda d: d.find_element(By.TAG_NAME, "html").get_attribute("lang") == "en"
-    )
+    wait_for_language(driver, "en")
     assert driver.find_element(By.TAG_NAME, "h1").text == "How to label dinge"
     assert "clock" in driver.find_element(By.ID, "class-definitions").text
     assert axe_violations(driver) == []
     driver.find_element(By.CSS_SELECTOR, ".language-switch button[value=de]").send_keys(Keys.ENTER)
-    WebDriverWait(driver, PAGE_TIMEOUT_S).until(
-        lambda d: d.find_element(By.TAG_NAME, "html").get_attribute("lang") == "de"
+    wait_for_language(driver, "de")
+
+
+def test_the_account_page_answers_in_german(server, german_driver):
+    (live, _), driver = server, german_driver
+    driver.get(f"{live.url}/account")
+    assert driver.find_element(By.TAG_NAME, "h1").text == "Ihr Konto"
+    driver.find_element(By.ID, "current-password").send_keys(TEST_PASSWORD)
+    driver.find_element(By.ID, "new-password").send_keys("ein langes neues Passwort")
+    driver.find_element(By.ID, "repeat-password").send_keys("ein anderes Passwort")
+    driver.find_element(By.CSS_SELECTOR, "#change-password button[type=submit]").click()
+    wait_for_text(
+        driver, "change-password", "Nicht gesendet: „Neues Passwort wiederholen“ weicht vom ersten Feld ab."
     )
+    assert axe_violations(driver) == []
