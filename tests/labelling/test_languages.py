@@ -9,15 +9,15 @@ import re
 import pytest
 import yaml
 from babel.dates import format_date
-from sqlalchemy import select
+from sqlalchemy import event, select
 from typer.testing import CliRunner
 
 from app.cli.main import app as cli
 from app.competitions.models import ClassTranslation, Competition
 from app.competitions.schemas import CompetitionCreate
 from app.competitions.service import create_competition
-from app.users.models import User
-from tests.conftest import bearer
+from app.users.models import Role, User
+from tests.conftest import bearer, make_user
 from tests.labelling.factories import LabellingCalls, labelling_competition, sign_in
 
 TAXONOMY = {
@@ -226,3 +226,27 @@ def test_the_admin_page_shows_the_share_of_classes_each_language_names(client, m
     page = client.get(f"/admin/competitions/{multilingual.id}").text
     rows = re.findall(r'<th scope="row">([^<]+)</th><td>(\d+) %</td>', page)
     assert rows == [("English (en)", "100"), ("Deutsch (de)", "75"), ("Español (es)", "25")]
+
+
+def test_asking_in_german_costs_no_statement_more_than_in_english(
+    client, db_session, multilingual, backend, engine
+):
+    if backend != "sqlite":
+        pytest.skip("on Postgres the hot statements run on psycopg itself, past SQLAlchemy's events")
+    callers = [make_user(db_session, name, Role.annotator) for name in ("first", "english", "german")]
+    path = f"/api/v1/competitions/{multilingual.id}/labelling/next"
+
+    def statements(user: User, language: str) -> int:
+        """The SQL statements of one POST …/next by this caller, asking for this language."""
+        run = []
+        counting = lambda *arguments: run.append(arguments[2])  # noqa: E731
+        event.listen(engine, "before_cursor_execute", counting)
+        try:
+            response = client.post(path, headers={**bearer(db_session, user), "Accept-Language": language})
+        finally:
+            event.remove(engine, "before_cursor_execute", counting)
+        assert response.status_code == 200 and response.json()["status"] == "item"
+        return len(run)
+
+    assert statements(callers[0], "de") == statements(callers[1], "en") + 2  # the label set, read once here
+    assert statements(callers[2], "de") == statements(make_user(db_session, "other", Role.annotator), "en")
