@@ -94,6 +94,8 @@ def _label_set(db_session: Session, competition: LabellingSettings) -> LabelSet:
             taxonomy=row.taxonomy,
             source=row.taxonomy_source,
         )
+        for stale in [other for other in list(_label_sets) if other[:2] == key[:2]]:  # before an import
+            _label_sets.pop(stale, None)
         label_set = _label_sets[key] = LabelSet(tuple(str(name) for name in names), definitions, translations)
     return label_set
 
