@@ -9,6 +9,20 @@ const csrfToken = document.querySelector('meta[name="csrf-token"]').content;
 const REFRESH_MS = 4000;
 const RESULT_KEY = "mad-admin-result";
 const LISTED_FILES = 50; // files named in an upload's result; the rest are counted
+// The words of the results: English, or the page's language where the page gives them (account.html's form-text
+// block, from the gettext catalogues; the admin pages stay English). word("key", {name}) fills each {name}.
+const WORDS = {
+  saved: "Saved.",
+  working: "Working…",
+  dismiss: "Dismiss",
+  server: "The server answered {status}.",
+  not_done: "Not done: {error}",
+  fix_fields: "Not done: please correct these fields.",
+  repeated_field: "The repeated field",
+  not_sent: "Not sent: {label} differs from the first one.",
+  ...JSON.parse(document.getElementById("form-text")?.textContent || "{}"),
+};
+const word = (key, values = {}) => WORDS[key].replace(/\{(\w+)\}/g, (whole, name) => String(values[name] ?? whole));
 
 // Put a value at a dotted name: "questions.0.answer" sets body.questions[0].answer.
 function setPath(body, name, value) {
@@ -87,7 +101,7 @@ function uploadResult(payload) {
 function successResult(form, payload) {
   if (Array.isArray(payload.added)) return uploadResult(payload);
   const copy = form.dataset.copy ? { value: String(payload[form.dataset.copy]), label: form.dataset.copyLabel } : null;
-  return { text: fill(form.dataset.done || "Saved.", payload), items: [], kind: "done", copy };
+  return { text: fill(form.dataset.done || word("saved"), payload), items: [], kind: "done", copy };
 }
 
 // Copy a value to the clipboard: the Clipboard API where the page may use it, else the selected text.
@@ -122,8 +136,8 @@ function copyField(copy) {
 // The API's refusal: its message, and for a validation error each field with what is wrong with it.
 function errorResult(form, response, payload) {
   if (!Array.isArray(payload.detail)) {
-    const text = payload.detail ? String(payload.detail) : `The server answered ${response.status}.`;
-    return { text: `Not done: ${text}`, items: [], kind: "error", fields: [] };
+    const text = payload.detail ? String(payload.detail) : word("server", { status: response.status });
+    return { text: word("not_done", { error: text }), items: [], kind: "error", fields: [] };
   }
   const fields = [];
   const items = payload.detail.map((error) => {
@@ -135,7 +149,7 @@ function errorResult(form, response, payload) {
       || field?.labels?.[0]?.textContent.trim() || name;
     return `${label}: ${error.msg}`;
   });
-  return { text: "Not done: please correct these fields.", items, kind: "error", fields };
+  return { text: word("fix_fields"), items, kind: "error", fields };
 }
 
 // Show a result in a status box until its Dismiss button is pressed, scrolled into view, with the focus.
@@ -149,7 +163,7 @@ function showResult(status, result) {
     parts.push(list);
   }
   if (result.copy) parts.push(copyField(result.copy));
-  const dismiss = Object.assign(document.createElement("button"), { type: "button", textContent: "Dismiss" });
+  const dismiss = Object.assign(document.createElement("button"), { type: "button", textContent: word("dismiss") });
   dismiss.className = "dismiss";
   dismiss.addEventListener("click", () => clearResult(status));
   parts.push(dismiss);
@@ -188,8 +202,8 @@ function mismatch(form) {
     (field) => field.value !== form.elements[field.dataset.sameAs].value,
   );
   if (!fields.length) return null;
-  const label = fields[0].labels?.[0]?.textContent.trim() || "The repeated field";
-  return { text: `Not sent: ${label} differs from the first one.`, items: [], kind: "error", fields };
+  const label = fields[0].labels?.[0]?.textContent.trim() || word("repeated_field");
+  return { text: word("not_sent", { label }), items: [], kind: "error", fields };
 }
 
 async function submitToApi(form) {
@@ -213,7 +227,7 @@ async function submitToApi(form) {
   const buttons = form.querySelectorAll("button[type=submit]");
   buttons.forEach((button) => { button.disabled = true; });
   status.className = "form-status";
-  status.textContent = "Working…";
+  status.textContent = word("working");
   try {
     const response = await fetch(url, { method: form.dataset.method || "POST", headers, body, credentials: "same-origin" });
     const payload = await response.json().catch(() => ({}));

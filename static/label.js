@@ -10,6 +10,12 @@
   const api = app.dataset.api;
   const csrfToken = document.querySelector('meta[name="csrf-token"]').content;
   const $ = (id) => document.getElementById(id);
+  // The page's words in the annotator's language (label.html, from the gettext catalogues): t("key", {name})
+  // fills each {name}.
+  const TEXT = JSON.parse($("label-text").textContent);
+  const t = (key, values = {}) => TEXT[key].replace(/\{(\w+)\}/g, (whole, name) => String(values[name] ?? whole));
+  const plural = new Intl.PluralRules(app.dataset.locale);
+  const number = new Intl.NumberFormat(app.dataset.locale); // 1,234 in English, 1.234 in German
   const figure = $("figure");
   const frame = $("zoom-frame");
   const image = $("label-image");
@@ -74,10 +80,10 @@
         body: body === undefined ? undefined : JSON.stringify(body),
       });
     } catch {
-      throw new RequestError("The network failed: check the connection, then try again.", 0);
+      throw new RequestError(t("network"), 0);
     }
     const data = await response.json().catch(() => ({}));
-    if (!response.ok) throw new RequestError(sentence(data.detail) || `The server answered ${response.status}.`, response.status);
+    if (!response.ok) throw new RequestError(sentence(data.detail) || t("server", { status: response.status }), response.status);
     return data;
   }
 
@@ -91,7 +97,7 @@
   }
 
   function signInAgain() {
-    say("Your session has ended: sign in again to go on (your answers are kept).");
+    say(t("session_ended"));
     window.location.assign("/login?next=" + encodeURIComponent(window.location.pathname));
   }
 
@@ -136,9 +142,11 @@
     const current = item.questions[index];
     const total = memory.totals[item.item_id];
     const before = total - item.questions.length; // answered before an undo brought the image back
-    $("question-count").textContent = `Question ${before + index + 1} of ${total}`;
+    $("question-count").textContent = t("question_count", { number: before + index + 1, total });
     question.textContent = current.text;
-    image.alt = `The image to judge: ${current.text}`;
+    image.alt = t("image_alt", { question: current.text });
+    $("question-language").textContent = current.language === app.dataset.locale ? "" : t("in_english");
+    $("question-language").hidden = current.language === app.dataset.locale;
     showDefinition();
     shownAt = performance.now();
     if (imageLoaded) {
@@ -151,8 +159,8 @@
     if (!item) return;
     const current = item.questions[index];
     $("definition").textContent = current.definition
-      ? `${current.class_name}: ${current.definition}`
-      : `No definition of “${current.class_name}” is given; the guidelines may say more.`;
+      ? t("definition", { name: current.class_name, definition: current.definition })
+      : t("no_definition", { name: current.class_name });
   }
 
   // The definition opens below the buttons, so that nothing under the pointer moves; its box is a live
@@ -175,16 +183,16 @@
 
   function onImageFailed() {
     if (!item) return;
-    say("The image did not load: flag it with D, skip it with S, or reload the page.");
+    say(t("image_failed"));
     flagButton.disabled = artificialButton.disabled = skipButton.disabled = false;
   }
 
   const NOTHING = {
-    busy: "Every open image is being labelled by someone else right now.",
-    skipped: "Only the images you skipped are left.",
-    finished: "Nothing is left for you to label here. Thank you!",
-    settled: "The ranking is settled: nothing useful is left to label here. Thank you!",
-    paused: "You are paused in this competition.",
+    busy: t("busy"),
+    skipped: t("skipped"),
+    finished: t("finished"),
+    settled: t("settled"),
+    paused: t("paused"),
   };
 
   function showNothing(reason) {
@@ -195,11 +203,12 @@
     image.removeAttribute("src");
     for (const control of questionControls) control.hidden = true; // nothing to answer: no dead buttons
     $("question-count").textContent = "";
+    $("question-language").hidden = true;
     question.textContent = NOTHING[reason] || NOTHING.finished;
     resumeSkipped.hidden = reason !== "skipped";
     whereNext.hidden = reason === "busy";
     if (reason === "busy") {
-      say("Checking again in a few seconds…");
+      say(t("checking"));
       window.setTimeout(() => run(loadNext), BUSY_RETRY_MS);
     }
   }
@@ -229,7 +238,7 @@
   }
 
   function showImagesLeft() {
-    $("images-left").textContent = imagesLeft ?? "–";
+    $("images-left").textContent = imagesLeft == null ? "–" : number.format(imagesLeft);
   }
 
   async function refreshStats() {
@@ -237,7 +246,7 @@
     answeredToday = stats.answered_today;
     imagesLeft = stats.images_left;
     sinceStats = 0;
-    $("answered-today").textContent = answeredToday;
+    $("answered-today").textContent = number.format(answeredToday);
     showImagesLeft();
   }
 
@@ -249,8 +258,8 @@
 
   // What became of an image's answers: counted at once, or waiting for other annotators of the panel.
   function fate(needed) {
-    if (needed === 0) return "It counts on the leaderboard now.";
-    return `${needed} more annotator${needed === 1 ? "" : "s"} needed before it counts on the leaderboard.`;
+    if (needed === 0) return t("counts_now");
+    return t(plural.select(needed) === "one" ? "needed_one" : "needed_other", { count: needed });
   }
 
   // Run one server step at a time; keys pressed meanwhile are ignored; errors are shown in words.
@@ -286,7 +295,7 @@
     sessionStorage.removeItem(pendingKey);
     counted(result.recorded);
     answeredToday += result.recorded;
-    $("answered-today").textContent = answeredToday;
+    $("answered-today").textContent = number.format(answeredToday);
     return result;
   }
 
@@ -298,13 +307,13 @@
     }
     try {
       const result = await sendAnswers(kept.answers);
-      say(`Sent the ${kept.answers.length} answers kept from before you signed in again.`);
+      say(t("sent_kept", { count: kept.answers.length }));
       if (result.item_done) finishedOne();
       await showAfterAnswers(result);
     } catch (error) {
       if (error.status === 401) throw error;
       sessionStorage.removeItem(pendingKey);
-      say(`Your earlier answers could not be saved: ${error.message}`);
+      say(t("not_saved", { error: error.message }));
       await loadNext();
     }
     return true;
@@ -317,7 +326,7 @@
     answers.push({ question_id: current.question_id, answer: value, seconds: (performance.now() - shownAt) / 1000 });
     if (index + 1 < item.questions.length) {
       index += 1;
-      say(`Answered ${value ? "yes" : "no"}.`);
+      say(t(value ? "answered_yes" : "answered_no"));
       showQuestion();
       return;
     }
@@ -335,7 +344,7 @@
         }
         throw error;
       }
-      say(`Previous image: answered ${value ? "yes" : "no"}. Saved. ${fate(result.annotators_needed)}`);
+      say(t(value ? "saved_yes" : "saved_no", { fate: fate(result.annotators_needed) }));
       if (result.item_done) finishedOne();
       await showAfterAnswers(result);
     });
@@ -347,10 +356,7 @@
     if (working || !item) return;
     if (flagDecidesAlone && flagAsked !== reason) {
       flagAsked = reason;
-      say(
-        `With a panel of one, your flag alone discards this image for every pair, and it cannot be undone. ` +
-        `Press ${reason === "not_natural" ? "P" : "D"} again to flag it, or answer it.`,
-      );
+      say(t(reason === "not_natural" ? "flag_alone_p" : "flag_alone_d"));
       return;
     }
     flagAsked = null;
@@ -360,15 +366,15 @@
         const result = await call("POST", "/flags", { item_id: item.item_id, reason });
         if (!result.discarded) counted(1); // a flag the panel acted on cannot be undone
         say(
-          `Previous image: flagged as ${reason === "not_natural" ? "not a natural photo" : "too difficult"}.` +
-          (result.discarded ? " The image is discarded: this flag cannot be undone." : ""),
+          t(reason === "not_natural" ? "flagged_not_natural" : "flagged_too_difficult") +
+          (result.discarded ? ` ${t("discarded")}` : ""),
         );
       } catch (error) {
         if (error.status !== 409) {
           setEnabled(imageLoaded);
           throw error;
         }
-        say(`Previous image not flagged: ${error.message} Here is the next image.`); // decided or discarded meanwhile
+        say(t("not_flagged", { error: error.message })); // decided or discarded meanwhile
       }
       await loadNext();
       await refreshStats();
@@ -385,7 +391,7 @@
         setEnabled(imageLoaded);
         throw error;
       }
-      say("Previous image skipped: no answer recorded. Others label it; it comes back to you only once nothing else is left.");
+      say(t("skipped_one"));
     });
   }
 
@@ -394,12 +400,12 @@
     if (answers.length > 0) {
       answers.pop();
       index -= 1;
-      say("Undone: answer this question again.");
+      say(t("undone_local"));
       showQuestion();
       return;
     }
     if (memory.undoable === 0) {
-      say(`Nothing to undo: only your last ${UNDO_LIMIT} answers in this tab can be undone.`);
+      say(t("nothing_to_undo_tab", { limit: UNDO_LIMIT }));
       return;
     }
     run(async () => {
@@ -413,7 +419,7 @@
           say(
             /stays/.test(error.message)
               ? error.message
-              : `Nothing more to undo: only your last ${UNDO_LIMIT} answers can be undone.`,
+              : t("nothing_more_to_undo", { limit: UNDO_LIMIT }),
           );
           return;
         }
@@ -421,14 +427,14 @@
       }
       memory.undoable -= 1;
       remember();
-      const kept = data.flags_kept ? " (your flag on an image the panel discarded stays: it cannot be withdrawn)" : "";
-      const what = (data.undone === "flag" ? "Your flag is undone" : "Your last answer is undone") + kept;
+      const kept = data.flags_kept ? ` ${t("flags_kept")}` : "";
+      const what = t(data.undone === "flag" ? "flag_undone" : "answer_undone") + kept;
       if (data.item) {
         showItem(data.item);
-        say(`${what}: answer again.`);
+        say(t("answer_again", { what }));
       } else {
         // Nothing is left to ask there: others decided its questions meanwhile, or the panel discarded it.
-        say(`${what}. That image needs no more answers (decided or discarded meanwhile).`);
+        say(t("no_more_answers", { what }));
         if (!item) await loadNext();
       }
       await refreshStats();

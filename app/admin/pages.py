@@ -11,15 +11,19 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from app.classifiers.enums import ClassifierSource
 from app.classifiers.service import list_classifiers
 from app.competitions import service as competitions_service
 from app.competitions.dependencies import CompetitionDep
 from app.competitions.members import list_members
+from app.competitions.models import Competition
+from app.competitions.translations import competition_translations, coverage
 from app.core.taxonomy_sources import BUILTIN_TAXONOMIES
 from app.db.base import utcnow
 from app.db.session import SessionDep
+from app.i18n import language_name
 from app.images.models import CompetitionImage, Image
 from app.images.service import image_counts
 from app.jobs import workers
@@ -127,6 +131,7 @@ def admin_competition(
         annotators=annotator_stats(db_session=db_session, competition=LabellingSettings.of(competition)),
         excluded=excluded,
         recent_images=recent,
+        coverage=language_coverage(db_session, competition),
         snapshots=[
             snapshots.snapshot_read(s)
             for s in snapshots.list_snapshots(db_session=db_session, competition_id=competition.id)
@@ -230,3 +235,10 @@ def admin_work_records(
         cap=ACTIVE_SECONDS_CAP,
         csv_url="/api/v1/work-records?" + urlencode(query),
     )
+
+
+def language_coverage(db_session: Session, competition: Competition) -> list[tuple[str, str, float]]:
+    """(code, name, share of the classes named in it) for each language the pages come in."""
+    given = competition_translations(db_session=db_session, competition=competition)
+    shares = coverage(given, len(competition.class_keys))
+    return [(code, language_name(code), share) for code, share in shares.items()]

@@ -1,4 +1,4 @@
-"""`mad competitions`: create a competition and list them."""
+"""`mad competitions`: create a competition, list them, and import class names in other languages."""
 
 from pathlib import Path
 
@@ -8,7 +8,10 @@ from rich.table import Table
 from app.cli.common import console, database_session, fail, load_settings
 from app.core.threshold_rule import ThresholdRule
 
-competitions_app = typer.Typer(help="Create and list MAD competitions.", no_args_is_help=True)
+competitions_app = typer.Typer(
+    help="Create and list MAD competitions, and import their class names in other languages.",
+    no_args_is_help=True,
+)
 
 
 def _taxonomy_spec(taxonomy: str) -> tuple[str, str | None]:
@@ -123,3 +126,34 @@ def list_competitions() -> None:
             row.sampling.value,
         )
     console.print(table)
+
+
+@competitions_app.command("translate")
+def translate(
+    name: str = typer.Argument(..., help="The competition."),
+    file: Path = typer.Argument(
+        ...,
+        exists=True,
+        dir_okay=False,
+        help="CSV with the header class_id,locale,name,description (by its .csv name), else YAML or JSON: a "
+        "list of mappings with those keys. class_id is a class key of the label set (`mad taxonomy` or GET "
+        "…/classes shows them), locale a language the pages come in other than en.",
+    ),
+) -> None:
+    """Import class names and descriptions in other languages: each language in the file replaces that
+    language's earlier import, and annotators are asked in their language from their next image on."""
+    from app.competitions import service, translations
+
+    with database_session(load_settings()) as session:
+        rows = translations.parse_translation_file(file.read_bytes(), file.name)
+        competition = service.get_competition_by_name(db_session=session, name=name)
+        taken = translations.import_translations(db_session=session, competition=competition, rows=rows)
+        shares = translations.coverage(
+            translations.competition_translations(db_session=session, competition=competition),
+            len(competition.class_keys),
+        )
+    for locale, count in taken.items():
+        console.print(f"{locale}: {count} class names imported.")
+    console.print(
+        "Classes named per language: " + ", ".join(f"{lang} {share:.0%}" for lang, share in shares.items())
+    )

@@ -75,6 +75,24 @@ class Competition(Base):
     """Under active sampling: the policy's last refresh found the ranking settled, so the queue offers
     nothing more (app.labelling.policy)."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    translations_version: Mapped[int] = mapped_column(default=0)
+    """Raised by each import of class-name translations (ClassTranslation): labelling keys its cached class
+    names by it, so every process reads the new names on its next request."""
+
+
+class ClassTranslation(Base):
+    """A class's name and description in one language, imported for a competition's label set (a file of
+    class id, locale, name, description); they take precedence over the taxonomy's own translations."""
+
+    __tablename__ = "class_translations"
+
+    competition_id: Mapped[int] = mapped_column(
+        ForeignKey("competitions.id", ondelete="CASCADE"), primary_key=True
+    )
+    class_key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    locale: Mapped[str] = mapped_column(String(16), primary_key=True)
+    name: Mapped[str] = mapped_column(String(255))
+    description: Mapped[str] = mapped_column(Text, default="")
 
 
 class CompetitionVersion(Base):

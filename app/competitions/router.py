@@ -1,16 +1,21 @@
 """Competitions API: create (admin), list and read (public, members-only ones for their members and admins),
 the label set, and members (admin)."""
 
-from fastapi import APIRouter, status
+from typing import Annotated
 
-from app.competitions import members, service
+from fastapi import APIRouter, File, UploadFile, status
+from sqlalchemy.orm import Session
+
+from app.competitions import members, service, translations
 from app.competitions.dependencies import CompetitionDep, VisibleCompetitionDep
+from app.competitions.models import Competition
 from app.competitions.schemas import (
     ClassRead,
     CompetitionCreate,
     CompetitionRead,
     CompetitionUpdate,
     MemberRead,
+    TranslationsRead,
 )
 from app.db.session import SessionDep
 from app.images.service import image_counts
@@ -115,3 +120,42 @@ def remove_member(
     """Take an annotator out of the members: in a members-only competition their next labelling request is
     refused (403); 404 when they are not a member."""
     members.remove_member(db_session=db_session, competition=competition, user_id=user_id)
+
+
+@router.put(
+    "/{competition_id}/translations",
+    summary="Import class names in other languages (admin)",
+    responses=error_responses(401, 403, 404, 413, 422),
+)
+def import_translations(
+    db_session: SessionDep,
+    _admin: AdminUser,
+    competition: CompetitionDep,
+    file: Annotated[UploadFile, File(description="CSV, YAML or JSON: class_id, locale, name, description.")],
+) -> TranslationsRead:
+    """Take a translation file for the label set: CSV with the header `class_id,locale,name,description`
+    (by its .csv name), else YAML or JSON holding a list of mappings with those keys. `class_id` is a class
+    key of the label set, `locale` a language the pages come in (not `en`). Each language in the file replaces
+    that language's earlier import; a bad row is refused (422) and nothing is stored. Annotators are asked in
+    their language from their next image on."""
+    rows = translations.parse_translation_file(file.file.read(), file.filename or "")
+    taken = translations.import_translations(db_session=db_session, competition=competition, rows=rows)
+    return TranslationsRead(imported=taken, coverage=translation_coverage(db_session, competition))
+
+
+@router.get(
+    "/{competition_id}/translations",
+    summary="The share of the classes each language names (admin)",
+    responses=error_responses(401, 403, 404, 422),
+)
+def read_translations(
+    db_session: SessionDep, _admin: AdminUser, competition: CompetitionDep
+) -> TranslationsRead:
+    """Per language the pages come in, the share of the classes with a name in it."""
+    return TranslationsRead(coverage=translation_coverage(db_session, competition))
+
+
+def translation_coverage(db_session: Session, competition: Competition) -> dict[str, float]:
+    """The share of the classes each language names."""
+    given = translations.competition_translations(db_session=db_session, competition=competition)
+    return translations.coverage(given, len(competition.class_keys))

@@ -159,3 +159,19 @@ class ClassRead(BaseModel):
     key: str
     name: str
     definition: str
+
+
+class TranslationsRead(BaseModel):
+    """A competition's class names per language: what an import took, and the share of classes each language
+    names."""
+
+    imported: dict[str, int] = Field(
+        default_factory=dict,
+        examples=[{"de": 1000}],
+        description="Rows taken per language by this import (each replaces that language's earlier import).",
+    )
+    coverage: dict[str, float] = Field(
+        examples=[{"en": 1.0, "de": 1.0, "es": 0.25}],
+        description="Per language the pages come in: the share of classes with a name in it (from the "
+        "taxonomy file or an import); annotators are asked in English about the others.",
+    )

@@ -62,6 +62,8 @@ class Taxonomy:
     paths: tuple[tuple[HierarchyPath, ...], ...]
     node_names: Mapping[str, str] = field(repr=False)
     definitions: tuple[str, ...] = field(default=(), repr=False)
+    translations: Mapping[str, Mapping[str, tuple[str, str]]] = field(default_factory=dict, repr=False)
+    """Per language (a tag such as "de"): class label -> (its name, its description; "" where not given)."""
 
     def __post_init__(self) -> None:
         """Check the invariants every constructor relies on."""

@@ -4,8 +4,9 @@ files, WordNet synsets (app.core.wordnet), and a competition's (kind, source).""
 from __future__ import annotations
 
 import importlib.util
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib.resources import files
 from pathlib import Path
@@ -93,8 +94,9 @@ def imagenet_a() -> Taxonomy:
 
 
 def from_text(text: str, source: str = "taxonomy", key: str = "custom") -> Taxonomy:
-    """A custom taxonomy from YAML or JSON text with keys root, classes, children and optional names and
-    descriptions (class -> what it means, shown to annotators).
+    """A custom taxonomy from YAML or JSON text with keys root, classes, children and optional names,
+    descriptions (class -> what it means, shown to annotators) and translations (language -> names and
+    descriptions in that language, as {"de": {"names": {...}, "descriptions": {...}}}).
 
     YAML aliases are refused (a taxonomy has no use for them, and nested ones make a few bytes stand for
     billions of labels), and so is nesting too deep to read.
@@ -117,7 +119,9 @@ def from_text(text: str, source: str = "taxonomy", key: str = "custom") -> Taxon
         raise TaxonomyError(f"{source} is nested too deeply to be a taxonomy") from None
     if not isinstance(document, dict):
         raise TaxonomyError(f"{source} must hold a mapping with keys root, classes, children, names")
-    unexpected = sorted(set(document) - {"root", "classes", "children", "names", "descriptions"})
+    unexpected = sorted(
+        set(document) - {"root", "classes", "children", "names", "descriptions", "translations"}
+    )
     if unexpected:
         raise TaxonomyError(f"{source}: unexpected keys {unexpected}")
     for required in ("root", "classes"):
@@ -133,7 +137,48 @@ def from_text(text: str, source: str = "taxonomy", key: str = "custom") -> Taxon
     descriptions = document.get("descriptions")
     if descriptions is not None and not isinstance(descriptions, dict):
         raise TaxonomyError(f"{source}: 'descriptions' must map classes to what they mean")
-    return from_children(document["root"], classes, children, names, key=key, descriptions=descriptions)
+    taxonomy = from_children(document["root"], classes, children, names, key=key, descriptions=descriptions)
+    translations = _translations(document.get("translations") or {}, taxonomy.classes, source)
+    return replace(taxonomy, translations=translations) if translations else taxonomy
+
+
+LANGUAGE_TAG = re.compile(r"[a-z]{2,3}(_[A-Z]{2})?")
+"""A language as the catalogues name it: ISO 639 code, optionally _ and an ISO 3166 region (de, pt_BR)."""
+
+
+def _translations(
+    given: object, classes: Sequence[str], source: str
+) -> dict[str, dict[str, tuple[str, str]]]:
+    """A taxonomy file's translations: language -> class -> (name, description), every name and description
+    a non-empty string of a known class, the names of one language all different."""
+    if not isinstance(given, dict):
+        raise TaxonomyError(f"{source}: 'translations' must map languages to their names and descriptions")
+    known = set(classes)
+    translations = {}
+    for language, entry in given.items():
+        where = f"{source}: translations.{language}"
+        if not isinstance(language, str) or not LANGUAGE_TAG.fullmatch(language):
+            raise TaxonomyError(f"{where}: a language is a tag such as de, es or pt_BR")
+        if not isinstance(entry, dict) or set(entry) - {"names", "descriptions"}:
+            raise TaxonomyError(f"{where} must be a mapping with keys names and descriptions")
+        texts = {part: entry.get(part) or {} for part in ("names", "descriptions")}
+        for part, mapping in texts.items():
+            if not isinstance(mapping, dict):
+                raise TaxonomyError(f"{where}.{part} must map classes to text")
+            for label, text in mapping.items():
+                if str(label) not in known:
+                    raise TaxonomyError(f"{where}.{part}: unknown class {label!r}")
+                if not isinstance(text, str) or not text.strip():
+                    raise TaxonomyError(f"{where}.{part}: the text of {label!r} must be a non-empty string")
+        names = {str(label): name.strip() for label, name in texts["names"].items()}
+        if len(set(names.values())) != len(names):
+            raise TaxonomyError(f"{where}.names: two classes have the same name")
+        descriptions = {str(label): text.strip() for label, text in texts["descriptions"].items()}
+        translations[language] = {
+            label: (names.get(label, ""), descriptions.get(label, ""))
+            for label in names.keys() | descriptions
+        }
+    return translations
 
 
 def from_file(path: str | Path) -> Taxonomy:

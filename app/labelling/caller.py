@@ -6,6 +6,7 @@ from datetime import datetime
 from sqlalchemy.orm import Session
 
 from app.competitions.models import Sampling
+from app.i18n import choose_locale
 from app.labelling.statements import (
     CALLER_BY_ID,
     CALLER_BY_TOKEN,
@@ -40,10 +41,12 @@ def labelling_caller(
     session_generation: int | None,
     competition_id: int,
     writes: bool,
+    languages: tuple[str | None, str] = (None, ""),
 ) -> LabellingCaller | None:
     """The active account owning this API token (or else with this id, its sessions of this generation not
     ended), the competition's labelling settings and the account's membership, in one query; None when no
-    active account matches.
+    active account matches. The account's language is its setting, else the first of `languages` (the one
+    chosen in the browser session, then the Accept-Language header) that the pages come in.
 
     For a request that writes (answers, flags, leases), the account's row is locked FOR SHARE until the
     transaction ends, so that its votes_excluded and is_active hold for the whole request: pausing the
@@ -73,6 +76,7 @@ def labelling_caller(
             row.gold_rate,
             row.gold_threshold,
             row.gold_min_answers,
+            row.translations_version,
             Sampling(row.sampling),
             row.annotator_reliability,
             row.settled,
@@ -80,5 +84,5 @@ def labelling_caller(
     )
     role = Role(row.role)
     may_label = role == Role.admin or not row.members_only or row.member_id is not None
-    labeller = Labeller(row.id, role, row.votes_excluded)
+    labeller = Labeller(row.id, role, row.votes_excluded, choose_locale(row.locale, *languages))
     return LabellingCaller(labeller, competition, may_label, row.token_id, row.last_used_at, row.paused)

@@ -9,14 +9,16 @@ from app.competitions.dependencies import CompetitionDep, VisibleCompetitionDep
 from app.competitions.members import MEMBERS_ONLY, competitions_of, may_label
 from app.competitions.models import Competition
 from app.competitions.service import class_definitions
+from app.competitions.translations import competition_translations
 from app.db.session import SessionDep
 from app.errors import Forbidden
+from app.i18n import SOURCE_LOCALE
 from app.labelling.annotators import images_left
 from app.labelling.quality import paused_message, paused_reason
 from app.labelling.rules import too_difficult
 from app.users.auth import ANNOTATOR_ROLES, OptionalUser, page_user
 from app.users.models import User
-from app.web.templating import render
+from app.web.templating import page_locale, render
 
 router = APIRouter(include_in_schema=False)
 
@@ -55,15 +57,26 @@ def other_work(db_session: Session, annotator: User, competition_id: int) -> lis
 
 
 @router.get("/competitions/{competition_id}/guidelines", response_class=HTMLResponse)
-def guidelines_page(request: Request, user: OptionalUser, competition: VisibleCompetitionDep):
+def guidelines_page(
+    request: Request, db_session: SessionDep, user: OptionalUser, competition: VisibleCompetitionDep
+):
     """How to answer: the general rules, the competition's own guidelines and what each class means (a
-    members-only competition's to its members and admins)."""
-    classes = zip(competition.class_names, class_definitions(competition), strict=True)
+    members-only competition's to its members and admins), in the reader's language where the class has a
+    name in it, with how many are in English instead."""
+    english = list(zip(competition.class_names, class_definitions(competition), strict=True))
+    translated = competition_translations(db_session=db_session, competition=competition).get(
+        page_locale(request, user), (None,) * len(english)
+    )
+    classes = [
+        (str(name), definition) if text is None else (text[0], text[1] or definition)
+        for (name, definition), text in zip(english, translated, strict=True)
+    ]
     return render(
         request,
         "guidelines.html",
         user=user,
         competition=competition,
         paragraphs=[p.strip() for p in competition.guidelines.split("\n\n") if p.strip()],
-        classes=sorted(classes, key=lambda named: str(named[0]).lower()),
+        classes=sorted(classes, key=lambda named: named[0].casefold()),
+        fallback=translated.count(None) if page_locale(request, user) != SOURCE_LOCALE else 0,
     )

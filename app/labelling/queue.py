@@ -17,16 +17,19 @@ policy, rerun on the questions decided since its last run, finds it so.
 """
 
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy.orm import Session
 
+from app.competitions.translations import ClassText, label_set_translations
 from app.core.active import DEFAULT_UNIFORM_FLOOR
 from app.core.taxonomy import TaxonomyError
 from app.core.taxonomy_sources import cached_taxonomy
 from app.db.base import utcnow
 from app.db.statements import HotStatement
+from app.i18n import SOURCE_LOCALE
 from app.labelling.items import set_assignment
 from app.labelling.models import AssignmentStatus
 from app.labelling.policy import settled_now
@@ -61,19 +64,35 @@ MAX_LEASE_ATTEMPTS = 8
 
 @dataclass(frozen=True)
 class LabelSet:
-    """A competition's class display names and definitions (what each class means; "" where unknown)."""
+    """A competition's class display names and definitions (what each class means; "" where unknown), and
+    per language other than English each class's (name, definition) in it, None where it has no name."""
 
     names: tuple[str, ...]
     definitions: tuple[str, ...]
+    translations: Mapping[str, tuple[ClassText | None, ...]]
+
+    def question(self, question_id: int, class_index: int, locale: str) -> PresentedQuestion:
+        """The question on a class in the language asked for when the class has a name in it, else in
+        English (the definition in English where the language's is not given)."""
+        translated = self.translations.get(locale, ())
+        text = translated[class_index] if translated else None
+        if text is None:
+            english = self.names[class_index], self.definitions[class_index]
+            return PresentedQuestion(question_id, class_index, *english, SOURCE_LOCALE)
+        name, definition = text
+        return PresentedQuestion(
+            question_id, class_index, name, definition or self.definitions[class_index], locale
+        )
 
 
-_label_sets: dict[tuple[int, datetime], LabelSet] = {}
+_label_sets: dict[tuple[int, datetime, int], LabelSet] = {}
 
 
 def _label_set(db_session: Session, competition: LabellingSettings) -> LabelSet:
-    """A competition's label set, read once per process: it never changes after the competition is created
-    (keyed by id and creation time, so a reused id is never mistaken)."""
-    key = (competition.id, competition.created_at)
+    """A competition's label set with its translations, read once per process: the names never change after
+    the competition is created, and each import of translations raises its translations_version (keyed by
+    id, creation time and that version, so a reused id or a new import is never mistaken)."""
+    key = (competition.id, competition.created_at, competition.translations_version)
     label_set = _label_sets.get(key)
     if label_set is None:
         row = db_session.execute(LABEL_SET, {"competition_id": competition.id}).one()
@@ -83,7 +102,16 @@ def _label_set(db_session: Session, competition: LabellingSettings) -> LabelSet:
             definitions = tuple(taxonomy.definition(index) for index in range(len(names)))
         except TaxonomyError:  # its data is missing on this machine (WordNet): names only
             definitions = ("",) * len(names)
-        label_set = _label_sets[key] = LabelSet(tuple(str(name) for name in names), definitions)
+        translations = label_set_translations(
+            db_session=db_session,
+            competition_id=competition.id,
+            class_keys=row.class_keys,
+            taxonomy=row.taxonomy,
+            source=row.taxonomy_source,
+        )
+        for stale in [other for other in list(_label_sets) if other[:2] == key[:2]]:  # before an import
+            _label_sets.pop(stale, None)
+        label_set = _label_sets[key] = LabelSet(tuple(str(name) for name in names), definitions, translations)
     return label_set
 
 
@@ -226,11 +254,6 @@ def present(
         image_sha256=pending[0].sha256,
         width=pending[0].width,
         height=pending[0].height,
-        questions=[
-            PresentedQuestion(
-                q.id, q.class_index, label_set.names[q.class_index], label_set.definitions[q.class_index]
-            )
-            for q in pending
-        ],
+        questions=[label_set.question(q.id, q.class_index, user.locale) for q in pending],
         lease_expires_at=expires_at,
     )

@@ -93,6 +93,10 @@ class LabellingRequest:
                     session_generation=given.session_generation,
                     competition_id=self.competition_id,
                     writes=writes,
+                    languages=(
+                        self.request.session.get("locale"),
+                        self.request.headers.get("accept-language", ""),
+                    ),
                 ),
             )
         )

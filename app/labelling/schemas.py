@@ -1,16 +1,15 @@
 """Request and response bodies of the labelling API; none of them ever names a classifier."""
 
 from datetime import date, datetime
-from functools import cache
 from typing import Literal
 
-import inflect
 from pydantic import BaseModel, Field
 
 from app.competitions.models import Sampling
 from app.images.store import SHA256_PATTERN
 from app.labelling.models import AdjudicationKind, FlagReason, QualityDecision, QualityFlagKind, Verdict
 from app.labelling.quality import FlagView
+from app.labelling.questions import question_text
 from app.labelling.types import AnnotatorStats, NextItemStatus, PresentedItem, PresentedQuestion
 from app.labelling.work_records import ACTIVE_SECONDS_CAP, WorkRecord
 
@@ -21,6 +20,11 @@ class QuestionRead(BaseModel):
     question_id: int
     class_name: str = Field(examples=["fountain"])
     text: str = Field(examples=["Does this image contain a fountain?"])
+    language: str = Field(
+        examples=["en"],
+        description="The language of the question and class name: the caller's (their account's setting, "
+        "else Accept-Language) when the class has a name in it, else `en`.",
+    )
     definition: str = Field(
         examples=["a structure from which an artificially produced jet of water arises"],
         description="What the class means: its WordNet gloss, or the taxonomy file's description; empty "
@@ -33,20 +37,10 @@ class QuestionRead(BaseModel):
         return cls(
             question_id=question.question_id,
             class_name=question.class_name,
-            text=question_text(question.class_name),
+            text=question_text(question.class_name, question.language),
+            language=question.language,
             definition=question.definition,
         )
-
-
-_ENGLISH = inflect.engine()
-"""Picks "a" or "an" by the sound of the word ("a one", "an hour", "a unicycle"), not its first letter."""
-
-
-@cache
-def question_text(class_name: str) -> str:
-    """ "Does this image contain a ⟨class⟩?", made once per class name: inflect's article took a few per
-    cent of the server's time per answer."""
-    return f"Does this image contain {_ENGLISH.a(class_name)}?"
 
 
 class ItemRead(BaseModel):

@@ -79,8 +79,10 @@ _CALLER_COLUMNS = (
     _users.c.id,
     _users.c.role,
     _users.c.votes_excluded,
+    _users.c.locale,
     _competitions.c.id.label("competition_id"),
     _competitions.c.created_at,
+    _competitions.c.translations_version,
     _competitions.c.panel_size,
     _competitions.c.gold_rate,
     _competitions.c.gold_threshold,
@@ -207,9 +209,12 @@ ACTIVE_FLOOR_HEAD = _queue_head(True, _items.c.needed, _items.c.spread, _items.c
 """QUEUE_HEAD's order among the items active sampling has not parked: the uniform floor of its picks."""
 
 LABEL_SET = select(
-    _competitions.c.class_names, _competitions.c.taxonomy, _competitions.c.taxonomy_source
+    _competitions.c.class_keys,
+    _competitions.c.class_names,
+    _competitions.c.taxonomy,
+    _competitions.c.taxonomy_source,
 ).where(_competitions.c.id == bindparam("competition_id"))
-"""A competition's class display names and the taxonomy they come from (kind and source)."""
+"""A competition's class keys and display names and the taxonomy they come from (kind and source)."""
 
 GOLD_IMAGE = (
     select(_questions.c.image_id)

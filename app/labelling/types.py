@@ -33,6 +33,8 @@ class PresentedQuestion:
     class_index: int
     class_name: str
     definition: str
+    language: str
+    """The language of the class name: the annotator's when the class has a name in it, else English."""
 
 
 @dataclass(frozen=True)
@@ -114,14 +116,17 @@ class Labeller:
     id: int
     role: Role
     votes_excluded: bool
+    locale: str
+    """The language questions are asked in: the account's setting, else the request's Accept-Language
+    (app.i18n.choose_locale)."""
 
 
 @dataclass(frozen=True)
 class LabellingSettings:
-    """What labelling reads of a competition: its id, its creation time (which keys the cached class
-    names), the panel size, the gold rate and the gold accuracy that pauses an annotator, its sampling, and
-    the annotators' reliability (None before it) and whether the ranking was settled at the active policy's
-    last refresh."""
+    """What labelling reads of a competition: its id, its creation time and translations version (which
+    key the cached class names), the panel size, the gold rate and the gold accuracy that pauses an
+    annotator, its sampling, and the annotators' reliability (None before it) and whether the ranking was
+    settled at the active policy's last refresh."""
 
     id: int
     created_at: datetime
@@ -129,6 +134,7 @@ class LabellingSettings:
     gold_rate: float
     gold_threshold: float
     gold_min_answers: int
+    translations_version: int
     sampling: Sampling = Sampling.uniform
     annotator_reliability: float | None = None
     settled: bool = False
@@ -143,6 +149,7 @@ class LabellingSettings:
             competition.gold_rate,
             competition.gold_threshold,
             competition.gold_min_answers,
+            competition.translations_version,
             Sampling(competition.sampling),
             competition.annotator_reliability,
             competition.settled,

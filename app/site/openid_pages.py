@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from app.db.session import DatabaseStepsDep
 from app.errors import MadError, NotFound, ServiceUnavailable
+from app.i18n import N_
 from app.settings import OpenIDProvider
 from app.users import openid
 from app.users import service as users_service
@@ -26,12 +27,13 @@ from app.users.auth import SESSION_GENERATION, check_csrf, landing_page, safe_ne
 from app.users.openid import ProviderIdentity, SignInFailed
 from app.users.service import SignInAccount
 from app.web.error_pages import error_message
-from app.web.templating import render
+from app.web.templating import render, translate
 
 SCOPE = "openid email profile"
 PROVIDER_TIMEOUT_S = 10
 PROFILE_CLAIMS = ("email", "email_verified", "preferred_username")
 FLOW = "openid_flow"
+SIGN_IN_FAILED = N_("Sign-in did not work")
 """The session's key for the sign-in under way: the provider's name, the page to go to after it, the
 invitation it uses and whether it links the signed-in account (Authlib keeps its state, nonce and PKCE
 verifier beside it)."""
@@ -116,8 +118,8 @@ async def finish_sign_in(request: Request, name: str, steps: DatabaseStepsDep):
             "error.html",
             status_code=error.status_code,
             code=error.status_code,
-            title="Sign-in did not work",
-            message=error_message(error.message, request.url.path, error.status_code),
+            title=translate(request, SIGN_IN_FAILED),
+            message=error_message(request, error.message, error.status_code, None),
             back=None,
             sign_in="/login",
         )

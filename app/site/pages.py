@@ -8,10 +8,12 @@ from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from starlette.concurrency import run_in_threadpool
 
+from app import i18n
 from app.competitions.members import competitions_of
 from app.db.base import utcnow
 from app.db.session import DatabaseStepsDep, SessionDep
 from app.errors import Conflict, Forbidden, InvalidInput
+from app.i18n import N_
 from app.images.service import image_counts
 from app.labelling.annotators import images_left
 from app.settings import Settings
@@ -29,7 +31,7 @@ from app.users.auth import (
 from app.users.models import Role, username_key
 from app.users.service import MAX_USERNAME_LENGTH, MIN_PASSWORD_LENGTH
 from app.web.dependencies import SettingsDep
-from app.web.templating import render
+from app.web.templating import page_locale, render, translate
 
 router = APIRouter(include_in_schema=False)
 
@@ -51,7 +53,10 @@ def home(request: Request, db_session: SessionDep, user: OptionalUser):
     )
 
 
-PASSWORDS_OFF = "Password sign-in is turned off here: use a button below."
+PASSWORDS_OFF = N_("Password sign-in is turned off here: use a button below.")
+TOO_MANY_FAILURES = N_("Too many failed sign-ins. Try again in {seconds} seconds.")
+WRONG_PASSWORD = N_("Wrong username or password.")
+PASSWORDS_DIFFER = N_("The two passwords differ: type the same one twice.")
 
 
 def sign_in_choices(settings: Settings) -> dict:
@@ -99,14 +104,14 @@ async def login(
     answers 403 without looking at the password.
     """
     if not settings.password_sign_in:
-        return _login_form(request, settings, next, error=PASSWORDS_OFF, status_code=403)
+        return _login_form(request, settings, next, error=translate(request, PASSWORDS_OFF), status_code=403)
     limits = request.app.state.login_limits
     address = request.client.host if request.client else ""
     named = username_key(username[:MAX_USERNAME_LENGTH])  # failures count per account, in any case or form
     where = dict(limits=limits, address=address, username=named)
     wait_s = await steps.run(lambda db: rate_limit.retry_after(db_session=db, now=utcnow(), **where))
     if wait_s:
-        error = f"Too many failed sign-ins. Try again in {wait_s} seconds."
+        error = translate(request, TOO_MANY_FAILURES, seconds=i18n.number(wait_s, page_locale(request)))
         response = _login_form(request, settings, next, username, error, status_code=429)
         response.headers["Retry-After"] = str(wait_s)
         return response
@@ -115,7 +120,9 @@ async def login(
         matches = await run_in_threadpool(users_service.password_matches, account, password)
     if account is None or not matches:
         await steps.run(lambda db: rate_limit.record_failure(db_session=db, now=utcnow(), **where))
-        return _login_form(request, settings, next, username, "Wrong username or password.", status_code=401)
+        return _login_form(
+            request, settings, next, username, translate(request, WRONG_PASSWORD), status_code=401
+        )
     await steps.run(lambda db: rate_limit.forget(db_session=db, address=address, username=named))
     start_session(request, account.id, account.session_generation)
     return RedirectResponse(landing_page(next, account.role), status_code=303)
@@ -144,6 +151,22 @@ def account_page(request: Request, db_session: SessionDep, user: OptionalUser, s
         ],
         to_link=[provider for provider in settings.oidc_providers if provider.issuer not in linked],
     )
+
+
+@router.post("/language", dependencies=[Depends(check_csrf)])
+def choose_language(
+    request: Request,
+    db_session: SessionDep,
+    user: OptionalUser,
+    locale: Annotated[str, Form(max_length=16)],
+    next: Annotated[str, Form()] = "/",
+):
+    """The language switch at the foot of every page: the pages of this browser session, and the signed-in
+    account's pages and questions wherever it signs in, come in this language from now on; back to `next`."""
+    if user is not None:
+        users_service.set_locale(db_session=db_session, user=user, locale=locale)
+    request.session["locale"] = i18n.known_locale(locale)
+    return RedirectResponse(safe_next(next), status_code=303)
 
 
 @router.post("/logout", dependencies=[Depends(check_csrf)])
@@ -179,9 +202,9 @@ def accept_invitation(
     invitation = invitations.open_invitation(db_session=db_session, token=token)
     try:
         if not settings.password_sign_in:
-            raise Forbidden(PASSWORDS_OFF)
+            raise Forbidden(translate(request, PASSWORDS_OFF))
         if password != password_again:
-            raise InvalidInput("the two passwords differ: type the same one twice")
+            raise InvalidInput(translate(request, PASSWORDS_DIFFER))
         user = invitations.accept_invitation(
             db_session=db_session, token=token, username=username, password=password
         )

@@ -35,6 +35,9 @@ class User(Base):
     """Sign-in cookies carry the generation they were issued in; raising it ends every session of the user
     (sign-out, deactivation, a new password)."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    locale: Mapped[str | None] = mapped_column(String(16))
+    """The language the person chose for the pages and questions (app.i18n.locales()); None: their
+    browser's Accept-Language decides."""
 
     @validates("username")
     def _set_username_key(self, _field: str, username: str) -> str:

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from app.db.base import utcnow
 from app.errors import Conflict, InvalidInput, NotFound
+from app.i18n import known_locale
 from app.security import hash_api_token, hash_password, new_api_token, verify_password
 from app.users.models import ApiToken, Role, User, username_key
 from app.users.schemas import USERNAME_PATTERN
@@ -141,6 +142,11 @@ def end_sessions(*, db_session: Session, user: User) -> None:
         update(User).where(User.id == user.id).values(session_generation=User.session_generation + 1)
     )
     db_session.refresh(user, ["session_generation"])
+
+
+def set_locale(*, db_session: Session, user: User, locale: str) -> None:
+    """Set the language the person's pages and questions come in (one of app.i18n.locales())."""
+    user.locale = known_locale(locale)
 
 
 def create_api_token(*, db_session: Session, user: User, name: str) -> str:

@@ -1,12 +1,13 @@
 """Bodies before callers: a request's body is refused before it is read when it is too large for its route
 or its caller may not send it, so that an anonymous 1 GB POST costs the server nothing.
 
-- Every route has a body limit: uploads (images, classifiers, prediction shards) MAD_MAX_UPLOAD_BYTES,
+- Every route has a body limit: uploads (images, classifiers, translations, prediction shards)
+  MAD_MAX_UPLOAD_BYTES,
   a competition (its taxonomy file) MAX_COMPETITION_BYTES, any other request MAD_MAX_JSON_BYTES. A declared
   Content-Length over it is answered 413 at once; a body without one is counted as it arrives and answered
   413 as soon as it passes the limit (nothing beyond is read).
 - A state-changing request without any credentials (no bearer token, no signed-in session) is answered
-  401 before its body is read, except the sign-in, sign-out and invitation forms.
+  401 before its body is read, except the sign-in, sign-out, language and invitation forms.
 - A body over SMALL_BODY_BYTES (or of unknown length) is read only for an active admin or worker: their
   credentials are checked first (a short database step), so a made-up token cannot make the server read
   or spool gigabytes before its 401.
@@ -29,11 +30,11 @@ SMALL_BODY_BYTES = 64 * 1024
 MAX_COMPETITION_BYTES = 8 * 1024**2
 """A competition's JSON, with a custom taxonomy of up to 5,000,000 characters."""
 UPLOAD_ROUTES = (
-    re.compile(r"/api/v1/competitions/[^/]+/(images|classifiers)"),
+    re.compile(r"/api/v1/competitions/[^/]+/(images|classifiers|translations)"),
     re.compile(r"/api/v1/jobs/[^/]+/predictions"),
 )
 COMPETITION_ROUTE = "/api/v1/competitions"
-OPEN_FORMS = re.compile(r"/login(/sso/[^/]+)?|/logout|/invitations/[^/]+")
+OPEN_FORMS = re.compile(r"/login(/sso/[^/]+)?|/logout|/language|/invitations/[^/]+")
 """State-changing routes anyone may post to (their CSRF token is checked by the route)."""
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 

@@ -12,24 +12,26 @@ from fastapi.exceptions import WebSocketRequestValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from app.web.templating import render
+from app.i18n import N_
+from app.web.templating import render, translate
 
 Handler = Callable[[Request, Any], Response | Awaitable[Response]]
 SignedInUser = Callable[[Request], Any]
 """The session's active user for the page header, None when anonymous (app.users.auth.signed_in_user)."""
 
 TITLES = {
-    400: "Bad request",
-    401: "Sign in needed",
-    403: "Not allowed",
-    404: "Not found",
-    405: "Not possible here",
-    409: "Conflict",
-    413: "Too large",
-    422: "Something in the address is wrong",
-    429: "Too many requests",
-    503: "Try again shortly",
+    400: N_("Bad request"),
+    401: N_("Sign in needed"),
+    403: N_("Not allowed"),
+    404: N_("Not found"),
+    405: N_("Not possible here"),
+    409: N_("Conflict"),
+    413: N_("Too large"),
+    422: N_("Something in the address is wrong"),
+    429: N_("Too many requests"),
+    503: N_("Try again shortly"),
 }
+SOMETHING_WRONG = N_("Something went wrong")
 
 
 def wants_html(request: Request) -> bool:
@@ -37,10 +39,13 @@ def wants_html(request: Request) -> bool:
     return "text/html" in request.headers.get("accept", "") and not request.url.path.startswith("/api/")
 
 
-def error_message(detail: object, path: str, status_code: int) -> str:
+NO_PAGE = N_("There is no page at {path}.")
+
+
+def error_message(request: Request, detail: object, status_code: int, user: Any) -> str:
     """The JSON error's detail as a sentence: a service's message, or the fields a validation refused."""
     if status_code == 404 and detail == "Not Found":
-        return f"There is no page at {path}."
+        return translate(request, NO_PAGE, user, path=request.url.path)
     if isinstance(detail, list):
         detail = "; ".join(
             f"{' '.join(str(part) for part in error.get('loc', ())[1:])}: {error.get('msg', '')}"
@@ -78,8 +83,8 @@ def _as_page(json_handler: Handler, signed_in_user: SignedInUser) -> Handler:
             status_code=status_code,
             code=status_code,
             user=user,
-            title=TITLES.get(status_code, "Something went wrong"),
-            message=error_message(detail, request.url.path, status_code),
+            title=translate(request, TITLES.get(status_code, SOMETHING_WRONG), user),
+            message=error_message(request, detail, status_code, user),
             back=way_back(request),
             sign_in=f"/login?next={quote(request.url.path)}" if status_code in (401, 403) else None,
         )

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from app.core.taxonomy import TaxonomyError, from_children
-from app.core.taxonomy_sources import from_file, imagenet_1k, imagenet_a, load_taxonomy
+from app.core.taxonomy_sources import from_file, from_text, imagenet_1k, imagenet_a, load_taxonomy
 from app.core.wordnet import DEBIAN_WORDNET_DIR, from_wordnet, lexnames_text, stage_wordnet_dict
 
 REPO = Path(__file__).resolve().parents[2]
@@ -212,6 +212,33 @@ def test_classes_carry_their_definitions():
         from_children(DIGITS["root"], DIGITS["classes"], DIGITS["children"], descriptions={"1": " "})
     demo = load_taxonomy(str(REPO / "app" / "demo" / "digits_taxonomy.yaml"))
     assert all(demo.definition(index).startswith(f"the digit {demo.names[index]}") for index in range(10))
+
+
+def test_a_taxonomy_file_names_its_classes_per_language():
+    demo = load_taxonomy(str(REPO / "app" / "demo" / "digits_taxonomy.yaml"))
+    for language, digit in (("de", "die Ziffer"), ("es", "el dígito")):
+        named = demo.translations[language]
+        assert sorted(named) == list(demo.classes)
+        assert all(description.startswith(f"{digit} {name}") for name, description in named.values())
+    assert demo.translations["de"]["0"][0] == "Null"  # quoted: YAML would read a bare Null as nothing
+
+
+@pytest.mark.parametrize(
+    ("translations", "message"),
+    [
+        ({"de": {"names": {"9": "Neun"}}}, "translations.de.names: unknown class '9'"),
+        ({"German": {"names": {"0": "Null"}}}, "translations.German: a language is a tag such as de"),
+        ({"de": {"names": {"0": None}}}, "translations.de.names: the text of '0' must be a non-empty string"),
+        ({"de": {"names": {"0": "Eins", "1": "Eins"}}}, "translations.de.names: two classes have the same"),
+        ({"de": {"labels": {}}}, "translations.de must be a mapping with keys names and descriptions"),
+        ({"de": {"descriptions": ["x"]}}, "translations.de.descriptions must map classes to text"),
+        (["de"], "'translations' must map languages to their names and descriptions"),
+    ],
+)
+def test_bad_translations_in_a_taxonomy_file_are_refused(translations, message):
+    document = {"root": "digit", "classes": ["0", "1"], "children": {"digit": ["0", "1"]}}
+    with pytest.raises(TaxonomyError, match=re.escape(message)):
+        from_text(json.dumps({**document, "translations": translations}))
 
 
 def _literal(text: str) -> str:

@@ -81,9 +81,10 @@ def _browser_missing() -> str | None:
 
 
 @contextmanager
-def chromium(profile_dir: Path, record_requests: bool = False):
+def chromium(profile_dir: Path, record_requests: bool = False, languages: str | None = None):
     """Headless Chromium with a fresh profile; skipped (or failed under MAD_REQUIRE_BROWSER=1) if absent.
-    With record_requests, `network_log(driver)` lists what the pages asked for and got."""
+    With record_requests, `network_log(driver)` lists what the pages asked for and got; with languages
+    ("de-DE,de"), the browser asks for them (its --lang and its Accept-Language preference)."""
     missing = _browser_missing()
     if missing is not None:
         if os.environ.get("MAD_REQUIRE_BROWSER") == "1":
@@ -99,6 +100,9 @@ def chromium(profile_dir: Path, record_requests: bool = False):
     options.add_argument(f"--user-data-dir={profile_dir}")
     if record_requests:
         options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
+    if languages:
+        options.add_argument(f"--lang={languages.split(',')[0]}")
+        options.add_experimental_option("prefs", {"intl.accept_languages": languages})
     driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
     driver.set_page_load_timeout(PAGE_TIMEOUT_S)
     try:
