@@ -34,7 +34,11 @@ from app.core.ranking import (
 )
 
 DEFAULT_REFRESH_EVERY = 20
-"""Decided questions between two policy refreshes in the service (and in the simulation)."""
+"""Decided questions between two policy refreshes in the service (and in the simulation), at least."""
+REFRESH_PARTS = 100
+"""... or a hundredth of the competition's questions, when that is more (refresh_interval)."""
+PRIORITY_LEVELS = 8
+"""An item's priority is one of 2^0 … 2^-8 (or 0, parked): priority_level."""
 DEFAULT_UNIFORM_FLOOR = 0.1
 """Share of next-item picks that ignore the priorities (uniform order), so that no open pair starves."""
 DEFAULT_EARLY_CONFIDENCE = 0.99
@@ -178,3 +182,20 @@ def image_priority(priority: np.ndarray, pairs: Iterable[tuple[int, int]]) -> fl
     """Σ over the image's open pairs (i, j) of priority[i, j]: one label item decides its questions for every
     pair that selected it, so its value is the sum of theirs (0 parks it: all its pairs have stopped)."""
     return float(sum(priority[i, j] for i, j in pairs))
+
+
+def refresh_interval(questions: int, every: int = DEFAULT_REFRESH_EVERY) -> int:
+    """Decided questions between two policy runs: max(every, ⌈questions / REFRESH_PARTS⌉). A run reads every
+    open item and rewrites those whose priority moved, so its cost per decided question stays bounded as a
+    competition grows (100,000 questions: a run per 1,000 decisions; the paper's 11 classifiers: per 20)."""
+    return max(every, -(-questions // REFRESH_PARTS))
+
+
+def priority_level(value: float, top: float) -> float:
+    """The queue's priority of an item worth `value` (image_priority) when the best is worth `top`:
+    2^-ℓ, ℓ = min(PRIORITY_LEVELS, ⌊log2(top / value)⌋), and 0 (parked) when value is 0. Powers of two, so
+    that a rerun rewrites only the items whose value moved by about a factor of two, not every item whose
+    bootstrap estimate wobbled; within a level the queue keeps its uniform order."""
+    if value <= 0 or top <= 0:
+        return 0.0
+    return float(2.0 ** -min(PRIORITY_LEVELS, int(np.floor(np.log2(top / value)))))

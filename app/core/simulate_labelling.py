@@ -10,10 +10,10 @@ measures the policies, not the draws.
   panel agrees; the votes counted are those cast up to that point.
 - `active` (app/core/active.py, as the service's queue runs it): an image is one queue item; a question is
   decided by `decided_early` with the current annotator reliability or else by the strict majority; every
-  `refresh_every` decided questions the reliability (`annotator_reliability` over all votes against their
-  decided outcomes) and `active_policy` are recomputed, an image's priority being `image_priority`
-  (1 until the first refresh); the next image is the highest priority (then position in its pairs'
-  selections, then a random tie-break), or with probability `uniform_floor` the first unparked image in
+  `refresh_interval` decided questions the reliability (`annotator_reliability` over all votes against their
+  decided outcomes) and `active_policy` are recomputed, an image's priority being the `priority_level` of its
+  `image_priority` (1 until the first refresh); the next image is the highest priority (then position in its
+  pairs' selections, then a random tie-break), or with probability `uniform_floor` the first unparked image in
   that uniform order. Labelling stops when the policy says the ranking is settled or nothing is open.
 """
 
@@ -23,7 +23,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.core.active import active_policy, annotator_reliability, decided_early, image_priority
+from app.core.active import (
+    active_policy,
+    annotator_reliability,
+    decided_early,
+    image_priority,
+    priority_level,
+    refresh_interval,
+)
 from app.core.ranking import PairCounts
 
 UNDECIDED = -1
@@ -145,9 +152,9 @@ class _Queue:
         counts = counts_of(self.design, self.answers)
         decision = active_policy(counts, self.open_images(), alpha=settings.alpha, seed=seed)
         pairs = self.design.pairs
-        self.priority = np.array(
-            [image_priority(decision.priority, [pairs[index] for index in of]) for of in self.pairs_of]
-        )
+        values = [image_priority(decision.priority, [pairs[index] for index in of]) for of in self.pairs_of]
+        top = max(values, default=0.0)
+        self.priority = np.array([priority_level(value, top) for value in values])
         self.priority_order = np.lexsort((self.shuffle, self.spread, -self.priority))
         return decision.settled
 
@@ -189,9 +196,10 @@ def label_active(
 ) -> Labelling:
     """Active MAD as the service runs it (module docstring)."""
     queue = _Queue(design, streams, rng)
+    every = refresh_interval(len(queue.answers), settings.refresh_every)
     since_refresh, refreshes = 0, 0
     while True:
-        if since_refresh >= settings.refresh_every:
+        if since_refresh >= every:
             since_refresh, refreshes = 0, refreshes + 1
             if queue.refresh(settings, seed=refreshes):
                 break

@@ -1,13 +1,14 @@
 """Active sampling in the service (issue 24; docs/architecture.md, The labelling queue): when the policy of
 app.core.active reruns, what it writes for the queue, and what settling cost.
 
-Every answer that decides questions adds them to the competition's count (count_decisions, one upsert);
-once DEFAULT_REFRESH_EVERY are decided, the policy reruns after the response (refresh_if_due): on the
-pairs' labelled outcomes and open images it gives each label item the sum of its open pairs' priorities
-(normalised to at most 1; 0 parks the item), the annotators' reliability (which may let fewer agreeing
-votes decide a question) and whether the ranking is settled (the queue then offers nothing more). Uniform
-competitions never reach any of this. Locks: the competition's row, then its items in id order, then its
-policy row (a submit holds an item, then the policy row), so that none waits in a cycle.
+Every answer that decides questions adds them to the competition's count (count_decisions, one upsert); once
+refresh_interval are decided (20, or a hundredth of the questions when that is more), the policy reruns after
+the response (refresh_if_due): on the pairs' labelled outcomes and open images it gives each label item the
+priority_level of the sum of its open pairs' priorities (a power of two; 0 parks the item), the annotators'
+reliability (which may let fewer agreeing votes decide a question) and whether the ranking is settled (the
+queue then offers nothing more). Uniform competitions never reach any of this. Locks: the competition's row,
+then its items in id order, then its policy row (a submit holds an item, then the policy row), so that none
+waits in a cycle.
 """
 
 from collections import defaultdict
@@ -21,11 +22,12 @@ from app.classifiers.enums import ClassifierStatus
 from app.classifiers.service import list_classifiers
 from app.competitions.models import Competition, Sampling
 from app.core.active import (
-    DEFAULT_REFRESH_EVERY,
     PolicyDecision,
     active_policy,
     annotator_reliability,
     image_priority,
+    priority_level,
+    refresh_interval,
 )
 from app.core.ranking import count_outcomes
 from app.db.base import utcnow
@@ -46,7 +48,8 @@ FULL_DESIGN = (
 
 def count_decisions(db_session: Session, competition: LabellingSettings, decided: int) -> bool:
     """Add questions just decided to the competition's count since the last refresh (one upsert, holding
-    the policy row until commit); whether the count has reached DEFAULT_REFRESH_EVERY."""
+    the policy row until commit); whether the count has reached refresh_interval (the policy row keeps the
+    full design's votes, a strict majority per question, from which the questions are counted)."""
     insert = conflict_insert(db_session, ActivePolicy).values(
         competition_id=competition.id,
         decided_since_refresh=decided,
@@ -54,24 +57,35 @@ def count_decisions(db_session: Session, competition: LabellingSettings, decided
         votes_used=0,
         full_design_votes=0,
     )
-    total = db_session.scalar(
+    row = db_session.execute(
         insert.on_conflict_do_update(
             index_elements=[ActivePolicy.competition_id],
             set_={"decided_since_refresh": ActivePolicy.decided_since_refresh + decided},
-        ).returning(ActivePolicy.decided_since_refresh)
-    )
-    return total is not None and total >= DEFAULT_REFRESH_EVERY
+        ).returning(ActivePolicy.decided_since_refresh, ActivePolicy.full_design_votes)
+    ).one_or_none()
+    return row is not None and row[0] >= _interval(row[1], competition.panel_size)
 
 
-def refresh_if_due(db_session: Session, *, competition_id: int, due: int) -> None:
-    """Rerun the policy if the competition still samples actively and `due` questions were decided since
-    the last run (another request's refresh may have run meanwhile)."""
+def _interval(full_design_votes: int, panel_size: int) -> int:
+    """refresh_interval of the competition's questions (the full design's votes over a strict majority)."""
+    return refresh_interval(full_design_votes // rules.majority(panel_size))
+
+
+def refresh_if_due(db_session: Session, *, competition_id: int, ran_dry: bool = False) -> None:
+    """Rerun the policy if the competition still samples actively and refresh_interval questions (any, when
+    an annotator's queue ran dry) were decided since the last run (another request's may have run
+    meanwhile)."""
     _lock_policy(db_session, competition_id)
-    decided = db_session.scalar(
-        select(ActivePolicy.decided_since_refresh).where(ActivePolicy.competition_id == competition_id)
-    )
+    row = db_session.execute(
+        select(ActivePolicy.decided_since_refresh, ActivePolicy.full_design_votes).where(
+            ActivePolicy.competition_id == competition_id
+        )
+    ).one_or_none()
     competition = db_session.get(Competition, competition_id, populate_existing=True)
-    if decided is None or decided < due:
+    if row is None or competition is None:
+        return
+    decided, full_design_votes = row
+    if decided < (1 if ran_dry else _interval(full_design_votes, competition.panel_size)):
         return
     if competition is not None and competition.sampling == Sampling.active:
         refresh(db_session, competition, counted=decided)
@@ -180,8 +194,8 @@ def _open_pairs(
 def _write_priorities(
     db_session: Session, competition: Competition, pairs: OpenPairs, priority: np.ndarray
 ) -> None:
-    """Each item's priority: image_priority over its open pairs (the sum of their priority[i, j]), over the
-    largest item's (0 parks it); written in id order where it changed."""
+    """Each item's priority: the priority_level of image_priority over its open pairs (the sum of their
+    priority[i, j]) against the largest item's (0 parks it); written in id order where it changed."""
     items = db_session.execute(
         select(LabelItem.id, LabelItem.image_id, LabelItem.priority)
         .where(LabelItem.competition_id == competition.id)
@@ -191,7 +205,7 @@ def _write_priorities(
     top = max(values, default=0.0)
     changed = []
     for (item_id, _, old), value in zip(items, values, strict=True):
-        new = value / top if top > 0 else 0.0
+        new = priority_level(value, top)
         if new != old:
             changed.append({"id": item_id, "priority": new})
     if changed:

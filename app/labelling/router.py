@@ -15,7 +15,6 @@ from fastapi import APIRouter, BackgroundTasks, Depends, Request
 from sqlalchemy.orm import Session
 
 from app.competitions.members import MEMBERS_ONLY
-from app.core.active import DEFAULT_REFRESH_EVERY
 from app.db.session import DatabaseStepsDep, SessionDep, in_one_thread
 from app.errors import Forbidden, NotFound
 from app.labelling import answers, policy, quality, queue
@@ -192,8 +191,7 @@ async def submit_answers(
             leased = _lease_next(db_session, call, rerun_policy=False)
         ran_dry = leased is not None and leased.status == "finished" and actively_sampled(call.competition)
         if result.refresh_due or ran_dry:
-            due = 1 if ran_dry else DEFAULT_REFRESH_EVERY
-            refresh = partial(policy.refresh_if_due, competition_id=call.competition.id, due=due)
+            refresh = partial(policy.refresh_if_due, competition_id=call.competition.id, ran_dry=ran_dry)
             background.add_task(steps.run, refresh)
         return AnswersRead(
             recorded=result.recorded,

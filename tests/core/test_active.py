@@ -5,13 +5,16 @@ import pytest
 
 from app.core.active import (
     DEFAULT_MIN_IMAGES,
+    PRIORITY_LEVELS,
     active_policy,
     adjacent_flip,
     annotator_reliability,
     decided_early,
     flip_probability,
     image_priority,
+    priority_level,
     projected_flip,
+    refresh_interval,
 )
 from app.core.ranking import PairCounts, count_outcomes
 
@@ -113,3 +116,17 @@ def test_flip_probability_counts_reversed_and_tied_fits():
     assert flips[0, 2] == 0 and np.array_equal(flips, flips.T)
     assert adjacent_flip(point, flips).tolist() == pytest.approx([0.375, 0.375, 0.25])
     assert flip_probability(np.array([0.5, 0.5]), samples[:, :2])[0, 1] == 0.5
+
+
+def test_the_policy_reruns_every_20_decisions_or_every_hundredth_of_the_questions():
+    assert [refresh_interval(q) for q in (0, 950, 2000, 2001, 100_000)] == [20, 20, 20, 21, 1000]
+    assert refresh_interval(500, every=5) == 5
+
+
+def test_priority_levels_are_powers_of_two_that_move_only_with_a_factor_of_two():
+    top = 3.0
+    assert priority_level(3.0, top) == 1.0
+    assert priority_level(1.6, top) == 1.0
+    assert priority_level(1.4, top) == 0.5
+    assert priority_level(1e-9, top) == 2.0**-PRIORITY_LEVELS
+    assert priority_level(0.0, top) == 0.0 and priority_level(1.0, 0.0) == 0.0
