@@ -24,8 +24,8 @@ from app.core.active import (
     DEFAULT_REFRESH_EVERY,
     PolicyDecision,
     active_policy,
-    annotator_reliability,
     image_priority,
+    reliability_from_pairs,
 )
 from app.core.ranking import count_outcomes
 from app.db.base import utcnow
@@ -199,11 +199,15 @@ def _write_priorities(
 
 
 def _reliability(db_session: Session, competition: Competition) -> float:
-    """annotator_reliability over the counted votes on regular questions against their decided outcomes (as
-    ACTIVE_INTERFACE.md and `mad simulate` count them)."""
-    agrees = Vote.answer == Question.outcome
-    agreeing, disagreeing = db_session.execute(
-        select(func.sum(case((agrees, 1), else_=0)), func.sum(case((agrees, 0), else_=1)))
+    """reliability_from_pairs over the first two counted votes (by created_at, then id) of each decided
+    regular question, as `mad simulate` counts them: one query, at refresh time only."""
+    position = (
+        func.row_number()
+        .over(partition_by=Vote.question_id, order_by=(Vote.created_at, Vote.id))
+        .label("position")
+    )
+    ranked = (
+        select(Vote.question_id, Vote.answer, position)
         .join(Question, Question.id == Vote.question_id)
         .join(User, User.id == Vote.user_id)
         .where(
@@ -212,8 +216,21 @@ def _reliability(db_session: Session, competition: Competition) -> float:
             Question.gold_answer.is_(None),
             ~User.votes_excluded,
         )
+        .subquery()
+    )
+    yes = func.sum(case((ranked.c.answer, 1), else_=0))
+    pairs = (
+        select(yes.label("yes"))
+        .where(ranked.c.position <= 2)
+        .group_by(ranked.c.question_id)
+        .having(func.count() == 2)
+        .subquery()
+    )
+    split = pairs.c.yes == 1
+    agreeing, disagreeing = db_session.execute(
+        select(func.sum(case((split, 0), else_=1)), func.sum(case((split, 1), else_=0)))
     ).one()
-    return annotator_reliability(int(agreeing or 0), int(disagreeing or 0))
+    return reliability_from_pairs(int(agreeing or 0), int(disagreeing or 0))
 
 
 def redecide_open(db_session: Session, competition: LabellingSettings) -> None:
