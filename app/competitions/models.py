@@ -69,7 +69,7 @@ class Competition(Base):
     """Open to every annotator (False) or only to its members (CompetitionMember); admins label in all."""
     sampling: Mapped[Sampling] = mapped_column(str_enum(Sampling), default=Sampling.uniform)
     annotator_reliability: Mapped[float | None]
-    """Under active sampling: the annotators' accuracy (app.core.active.annotator_reliability) at the last
+    """Under active sampling: the annotators' accuracy (app.core.active.reliability_from_pairs) at the last
     refresh of the policy, which decides questions early; null before the first."""
     settled: Mapped[bool] = mapped_column(default=False)
     """Under active sampling: the policy's last refresh found the ranking settled, so the queue offers

@@ -6,7 +6,8 @@ docs/architecture.md, Active sampling):
 - Dynamic panels (Toloka's dynamic overlap; the one-coin model of Dawid & Skene 1979): a question is decided
   by its first ≥ 2 votes when they agree and the posterior of their answer reaches a confidence; any
   disagreement sends it on to the paper's strict majority of the full panel.
-- Annotator reliability: the Beta posterior mean of the share of votes that agree with decided outcomes.
+- Annotator reliability: the one-coin accuracy implied by how often the first two votes of a question agree
+  (a Beta posterior on that agreement), which the stopping rule cannot touch.
 - Pair priorities and stop rules (Heckel, Shah, Ramchandran & Wainwright 2018, "Active ranking from pairwise
   comparisons and when parametric assumptions do not help": stop comparing an item once its confidence
   interval decides its place; Mohankumar & Khapra 2022, "Active Evaluation": spend judgements only on the
@@ -51,9 +52,10 @@ DEFAULT_FLIP_LEVEL = 0.05
 """A pair stops once its order flips in at most this share of bootstrap fits (decided one-sided at 95%)."""
 DEFAULT_FUTILITY_LEVEL = 0.2
 """A pair stops once, labelled to the end, it would still flip in more than this share of fits (futility)."""
-RELIABILITY_PRIOR = (4.0, 1.0)
-"""Beta(a0, b0) prior on an annotator's accuracy: mean 0.8 worth 5 votes, so that 2 agreeing votes decide
-nothing until the votes have shown the annotators to be better than that."""
+RELIABILITY_PRIOR = (3.4, 1.6)
+"""Beta(a0, b0) prior on the agreement q of a question's first two votes: mean 0.68 = 0.8² + 0.2², an
+accuracy of 0.8, worth 5 pairs, so that 2 agreeing votes decide nothing until the pairs have shown the
+annotators to be better than that."""
 
 
 def decided_early(
@@ -79,13 +81,20 @@ def decided_early(
     return yes_votes > 0 if odds / (1.0 + odds) >= confidence else None
 
 
-def annotator_reliability(agreeing: int, disagreeing: int) -> float:
-    """Posterior mean (a0 + agreeing) / (a0 + b0 + agreeing + disagreeing), Beta(a0, b0) = RELIABILITY_PRIOR,
-    counting votes that agree / disagree with the decided outcomes of their questions."""
-    if agreeing < 0 or disagreeing < 0:
-        raise ValueError("vote counts cannot be negative")
+def reliability_from_pairs(agreeing_pairs: int, disagreeing_pairs: int) -> float:
+    """a = ½ + ½·√max(0, 2q − 1), q = (a0 + agreeing) / (a0 + b0 + agreeing + disagreeing) the Beta(a0, b0) =
+    RELIABILITY_PRIOR posterior mean of the agreement of two votes; under the one-coin model (Dawid & Skene
+    1979) two independent votes agree with probability q = a² + (1 − a)² (inter-annotator agreement).
+
+    Counted over each question's first two votes, which no stopping rule chooses (the rule only stops after
+    them), decided or still open: votes against the decided outcomes would agree by construction
+    with a question that 2 agreeing votes decided, so that estimate drifts up once early decisions start.
+    """
+    if agreeing_pairs < 0 or disagreeing_pairs < 0:
+        raise ValueError("pair counts cannot be negative")
     a0, b0 = RELIABILITY_PRIOR
-    return (a0 + agreeing) / (a0 + b0 + agreeing + disagreeing)
+    agree, disagree = a0 + agreeing_pairs, b0 + disagreeing_pairs
+    return 0.5 + 0.5 * float(np.sqrt(max(0.0, (agree - disagree) / (agree + disagree))))
 
 
 @dataclass(frozen=True)

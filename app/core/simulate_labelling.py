@@ -10,11 +10,11 @@ measures the policies, not the draws.
   panel agrees; the votes counted are those cast up to that point.
 - `active` (app/core/active.py, as the service's queue runs it): an image is one queue item; a question is
   decided by `decided_early` with the current annotator reliability or else by the strict majority; every
-  `refresh_interval` decided questions the reliability (`annotator_reliability` over all votes against their
-  decided outcomes) and `active_policy` are recomputed, an image's priority being the `priority_level` of its
-  `image_priority` (1 until the first refresh); the next image is the highest priority (then position in its
-  pairs' selections, then a random tie-break), or with probability `uniform_floor` the first unparked image in
-  that uniform order. Labelling stops when the policy says the ranking is settled or nothing is open.
+  `refresh_interval` decided questions the reliability (`reliability_from_pairs` over the first two votes of
+  each decided question) and `active_policy` are recomputed, an image's priority being the `priority_level`
+  of its `image_priority` (1 until the first refresh); the next image is the highest priority (then position
+  in its pairs' selections, then a random tie-break), or with probability `uniform_floor` the first unparked
+  image in that uniform order. Labelling stops when the policy says the ranking is settled or nothing is open.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ import numpy as np
 
 from app.core.active import (
     active_policy,
-    annotator_reliability,
     decided_early,
     image_priority,
     priority_level,
     refresh_interval,
+    reliability_from_pairs,
 )
 from app.core.ranking import PairCounts
 
@@ -112,8 +112,8 @@ class _Queue:
     def __init__(self, design: LabellingDesign, streams: np.ndarray, rng: np.random.Generator) -> None:
         self.design, self.streams = design, streams
         self.answers = np.full(len(design.truth), UNDECIDED, dtype=np.int8)
-        self.votes = self.agreeing = self.disagreeing = 0
-        self.reliability = annotator_reliability(0, 0)
+        self.votes = self.agreeing_pairs = self.disagreeing_pairs = 0
+        self.reliability = reliability_from_pairs(0, 0)
         sizes = [len(block) for block in design.images]
         image_ids, self.flat_image = np.unique(np.concatenate(design.images), return_inverse=True)
         self.spread = np.full(len(image_ids), np.iinfo(np.int64).max)
@@ -148,7 +148,7 @@ class _Queue:
 
     def refresh(self, settings: ActiveSettings, seed: int) -> bool:
         """Reliability and policy recomputed, each image's priority `image_priority`; True when settled."""
-        self.reliability = annotator_reliability(self.agreeing, self.disagreeing)
+        self.reliability = reliability_from_pairs(self.agreeing_pairs, self.disagreeing_pairs)
         counts = counts_of(self.design, self.answers)
         decision = active_policy(counts, self.open_images(), alpha=settings.alpha, seed=seed)
         pairs = self.design.pairs
@@ -175,20 +175,27 @@ class _Queue:
         return decided
 
     def _decide(self, question: int, panel_size: int) -> None:
-        """Votes until decided_early or the strict majority decides; tallies agreement with the outcome."""
+        """decide_stream with the current reliability; tallies whether its first two votes agree."""
         stream = self.streams[question]
-        for cast in range(1, panel_size + 1):
-            yes = int(stream[:cast].sum())
-            answer = decided_early(yes, cast - yes, panel_size, self.reliability)
-            if answer is None and 2 * max(yes, cast - yes) > panel_size:
-                answer = 2 * yes > panel_size
-            if answer is not None:
-                break
-        agreeing = yes if answer else cast - yes
+        answer, cast = decide_stream(stream, panel_size, self.reliability)
         self.votes += cast
-        self.agreeing += agreeing
-        self.disagreeing += cast - agreeing
-        self.answers[question] = int(bool(answer))
+        if cast >= 2:
+            agree = bool(stream[0] == stream[1])
+            self.agreeing_pairs += agree
+            self.disagreeing_pairs += not agree
+        self.answers[question] = int(answer)
+
+
+def decide_stream(stream: np.ndarray, panel_size: int, reliability: float) -> tuple[bool, int]:
+    """Votes of the stream until decided_early or the strict majority of the panel decides: (answer, cast)."""
+    for cast in range(1, panel_size + 1):
+        yes = int(stream[:cast].sum())
+        answer = decided_early(yes, cast - yes, panel_size, reliability)
+        if answer is None and 2 * max(yes, cast - yes) > panel_size:
+            answer = 2 * yes > panel_size
+        if answer is not None:
+            return answer, cast
+    raise ValueError("panel_size must be odd so that a strict majority always exists")
 
 
 def label_active(

@@ -24,10 +24,10 @@ from app.competitions.models import Competition, Sampling
 from app.core.active import (
     PolicyDecision,
     active_policy,
-    annotator_reliability,
     image_priority,
     priority_level,
     refresh_interval,
+    reliability_from_pairs,
 )
 from app.core.ranking import count_outcomes
 from app.db.base import utcnow
@@ -36,7 +36,7 @@ from app.labelling import rules
 from app.labelling.items import lock_items, refresh_needed
 from app.labelling.models import ActivePolicy, LabelItem, PairImage, PairImageRole, PairSubset, Question, Vote
 from app.labelling.results import QUESTION_A, QUESTION_B, pair_outcomes, with_pair_questions
-from app.labelling.types import LabellingSettings, early_votes
+from app.labelling.types import LabellingSettings, NextItemStatus, early_votes
 from app.users.models import User
 
 FULL_DESIGN = (
@@ -101,21 +101,20 @@ def _lock_policy(db_session: Session, competition_id: int, skip_locked: bool = F
     return db_session.scalar(locked) is not None
 
 
-def settled_now(db_session: Session, competition_id: int) -> bool:
-    """Whether the ranking is settled once the policy reruns on the questions decided since its last run
-    (if any were): what an annotator with nothing left in the queue is told (the last images may be
-    decided between two refreshes). Not while another refresh holds the competition's row: this request
-    may hold items that refresh waits for (it is then told so next time)."""
+def dry_queue_status(db_session: Session, competition_id: int) -> NextItemStatus:
+    """What an annotator with nothing left in the active queue is told: `settled` when the ranking is, once
+    the policy has rerun on the questions decided since its last run (the last images may be decided between
+    two refreshes), else `finished`; `busy` (ask again shortly) while another refresh holds the competition's
+    row, which this request must not wait for (it may hold items that refresh waits for)."""
     decided = db_session.scalar(
         select(ActivePolicy.decided_since_refresh).where(ActivePolicy.competition_id == competition_id)
     )
-    if not decided:
-        return False
-    if not _lock_policy(db_session, competition_id, skip_locked=True):
-        return False
+    if decided and not _lock_policy(db_session, competition_id, skip_locked=True):
+        return "busy"
     competition = db_session.get_one(Competition, competition_id, populate_existing=True)
-    refresh(db_session, competition, counted=decided)
-    return competition.settled
+    if decided:
+        refresh(db_session, competition, counted=decided)
+    return "settled" if competition.settled else "finished"
 
 
 @dataclass(frozen=True)
@@ -213,21 +212,39 @@ def _write_priorities(
 
 
 def _reliability(db_session: Session, competition: Competition) -> float:
-    """annotator_reliability over the counted votes on regular questions against their decided outcomes (as
-    ACTIVE_INTERFACE.md and `mad simulate` count them)."""
-    agrees = Vote.answer == Question.outcome
-    agreeing, disagreeing = db_session.execute(
-        select(func.sum(case((agrees, 1), else_=0)), func.sum(case((agrees, 0), else_=1)))
+    """reliability_from_pairs over the first two counted votes (by created_at, then id) of each regular
+    question that has two, decided or still open (a question whose first two votes split is often still open
+    at a refresh: counting decided ones only would lean high), as `mad simulate` counts them (it decides
+    every question it asks at once): one query, at refresh time only."""
+    position = (
+        func.row_number()
+        .over(partition_by=Vote.question_id, order_by=(Vote.created_at, Vote.id))
+        .label("position")
+    )
+    ranked = (
+        select(Vote.question_id, Vote.answer, position)
         .join(Question, Question.id == Vote.question_id)
         .join(User, User.id == Vote.user_id)
         .where(
             Question.competition_id == competition.id,
-            Question.outcome.is_not(None),
             Question.gold_answer.is_(None),
             ~User.votes_excluded,
         )
+        .subquery()
+    )
+    yes = func.sum(case((ranked.c.answer, 1), else_=0))
+    pairs = (
+        select(yes.label("yes"))
+        .where(ranked.c.position <= 2)
+        .group_by(ranked.c.question_id)
+        .having(func.count() == 2)
+        .subquery()
+    )
+    split = pairs.c.yes == 1
+    agreeing, disagreeing = db_session.execute(
+        select(func.sum(case((split, 0), else_=1)), func.sum(case((split, 1), else_=0)))
     ).one()
-    return annotator_reliability(int(agreeing or 0), int(disagreeing or 0))
+    return reliability_from_pairs(int(agreeing or 0), int(disagreeing or 0))
 
 
 def redecide_open(db_session: Session, competition: LabellingSettings) -> None:

@@ -32,7 +32,7 @@ from app.db.statements import HotStatement
 from app.i18n import SOURCE_LOCALE
 from app.labelling.items import set_assignment
 from app.labelling.models import AssignmentStatus
-from app.labelling.policy import settled_now
+from app.labelling.policy import dry_queue_status
 from app.labelling.statements import (
     ACTIVE_FLOOR_HEAD,
     ACTIVE_QUEUE_HEAD,
@@ -163,8 +163,8 @@ def next_item(
     any_skipped = ANY_ACTIVE_SKIPPED_FOR_USER if actively_sampled(competition) else ANY_SKIPPED_FOR_USER
     if db_session.scalar(any_skipped, skipped):
         return NextItem(None, "skipped")
-    if rerun_policy and actively_sampled(competition) and settled_now(db_session, competition.id):
-        return NextItem(None, "settled")
+    if rerun_policy and actively_sampled(competition):
+        return NextItem(None, dry_queue_status(db_session, competition.id))
     return NextItem(None, "finished")
 
 

@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Literal, Protocol
 
 from app.competitions.models import Competition, Sampling
-from app.core.active import annotator_reliability
+from app.core.active import reliability_from_pairs
 from app.labelling import rules
 from app.users.models import Role
 
@@ -186,5 +186,5 @@ def early_votes(competition: Sampled) -> int | None:
         return None
     reliability = competition.annotator_reliability
     return rules.early_agreement(
-        competition.panel_size, annotator_reliability(0, 0) if reliability is None else reliability
+        competition.panel_size, reliability_from_pairs(0, 0) if reliability is None else reliability
     )

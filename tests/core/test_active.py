@@ -8,15 +8,16 @@ from app.core.active import (
     PRIORITY_LEVELS,
     active_policy,
     adjacent_flip,
-    annotator_reliability,
     decided_early,
     flip_probability,
     image_priority,
     priority_level,
     projected_flip,
     refresh_interval,
+    reliability_from_pairs,
 )
 from app.core.ranking import PairCounts, count_outcomes
+from app.core.simulate_labelling import decide_stream, vote_streams
 
 
 @pytest.mark.parametrize("reliability", [0.6, 0.9, 0.95, 0.999, 1.0])
@@ -42,12 +43,43 @@ def test_two_agreeing_votes_decide_only_for_reliable_annotators():
     assert decided_early(3, 0, 5, 0.6) is True  # a unanimous strict majority is the paper's own rule
 
 
-def test_reliability_is_the_beta_posterior_mean():
-    assert annotator_reliability(0, 0) == pytest.approx(0.8)
-    assert annotator_reliability(95, 5) == pytest.approx(99 / 105)
-    assert annotator_reliability(10_000, 0) > 0.999
+def test_reliability_from_pairs_starts_at_the_prior_and_follows_the_pairs():
+    assert reliability_from_pairs(0, 0) == 0.8  # Beta(3.4, 1.6): q = 0.68 = 0.8² + 0.2²
+    # q = (3.4 + 95) / (5 + 100) = 0.93714..., a = ½ + ½·√(2q − 1)
+    assert reliability_from_pairs(95, 5) == pytest.approx(0.5 + 0.5 * np.sqrt(2 * 98.4 / 105 - 1))
+    assert reliability_from_pairs(10_000, 0) > 0.999
+    assert reliability_from_pairs(0, 100) == 0.5, "agreement at or below chance means coin flips"
     with pytest.raises(ValueError):
-        annotator_reliability(-1, 0)
+        reliability_from_pairs(-1, 0)
+
+
+@pytest.mark.parametrize("accuracy", [0.7, 0.8, 0.9, 0.97])
+def test_reliability_from_pairs_recovers_the_accuracy_of_simulated_votes(accuracy):
+    right = np.random.default_rng(7).random((50_000, 2)) < accuracy
+    agreeing = int((right[:, 0] == right[:, 1]).sum())
+    assert reliability_from_pairs(agreeing, len(right) - agreeing) == pytest.approx(accuracy, abs=0.01)
+
+
+def tallies(streams: np.ndarray, reliability: float) -> tuple[float, float]:
+    """Each question decided by decide_stream at this reliability: (the former estimate, the Beta(4, 1)
+    mean of votes agreeing with their outcome; reliability_from_pairs over the first two votes)."""
+    agreeing = disagreeing = pairs_agreeing = 0
+    for stream in streams:
+        answer, cast = decide_stream(stream, streams.shape[1], reliability)
+        with_outcome = int((stream[:cast] == answer).sum())
+        agreeing, disagreeing = agreeing + with_outcome, disagreeing + cast - with_outcome
+        pairs_agreeing += int(stream[0] == stream[1])
+    former = (4 + agreeing) / (5 + agreeing + disagreeing)
+    return former, reliability_from_pairs(pairs_agreeing, len(streams) - pairs_agreeing)
+
+
+def test_early_stopping_cannot_move_the_reliability_estimate():
+    truth = np.ones(20_000, dtype=bool)
+    streams = vote_streams(truth, 0.15, 0.0, 5, np.random.default_rng(11))
+    former_full, full = tallies(streams, 0.8)  # every question to a strict majority
+    former_early, early = tallies(streams, 0.95)  # 2 agreeing votes decide
+    assert early == full == pytest.approx(0.85, abs=0.01)
+    assert former_full > 0.855 and former_early > former_full + 0.01, (former_full, former_early)
 
 
 def separated_counts(m: int, n: int, gap: float) -> PairCounts:

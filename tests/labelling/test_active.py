@@ -10,8 +10,12 @@ import numpy as np
 from sqlalchemy import func, select
 
 from app.competitions.models import Competition, Sampling
+from app.core.active import reliability_from_pairs
+from app.labelling.annotators import set_votes_excluded
 from app.labelling.models import ActivePolicy, LabelItem, Question, Vote
+from app.labelling.policy import refresh
 from app.labelling.subsets import store_pair_subset
+from app.users.models import User
 from tests.labelling.factories import (
     LabellingCalls,
     add_classifiers,
@@ -51,10 +55,17 @@ def build(db_session, name: str, sampling: Sampling, images: int, k: int = K) ->
     return competition, truth
 
 
-def label_all(client, db_session, competition: Competition, truth: dict, tokens: list[str]) -> set[str]:
+def label_all(
+    client,
+    db_session,
+    competition: Competition,
+    truth: dict,
+    tokens: list[str],
+    liars: frozenset = frozenset(),
+) -> set[str]:
     """The annotators, in turn, take an image (the one their last answer brought, as the labelling page
-    does, else POST …/next) and answer its questions truthfully until none is given one; the statuses they
-    were last told."""
+    does, else POST …/next) and answer its questions truthfully (those of index in `liars`: falsely) until
+    none is given one; the statuses they were last told."""
     image_of = dict(
         db_session.execute(
             select(LabelItem.id, LabelItem.image_id).where(LabelItem.competition_id == competition.id)
@@ -72,8 +83,12 @@ def label_all(client, db_session, competition: Competition, truth: dict, tokens:
                 continue
             given += 1
             item = reply["item"]
+            lies = index in liars
             answers = [
-                {"question_id": q["question_id"], "answer": truth[image_of[item["item_id"]]][q["class_name"]]}
+                {
+                    "question_id": q["question_id"],
+                    "answer": truth[image_of[item["item_id"]]][q["class_name"]] != lies,
+                }
                 for q in item["questions"]
             ]
             following = call.post("answers", {"answers": answers, "next": True})["next"]
@@ -139,6 +154,42 @@ def test_an_admin_goes_on_to_the_full_design_after_active_sampling_settled(clien
     board = client.get(f"/api/v1/competitions/{active.id}/leaderboard").json()
     assert board["active"] is None
     assert sum(s["labelled_images"] for s in board["classifiers"]) == 2 * 6 * K
+
+
+def first_two_pairs(db_session, competition: Competition) -> tuple[int, int]:
+    """(agreeing, disagreeing) first two counted votes (by time, then id) of each regular question that has
+    two, decided or not, read vote by vote."""
+    rows = db_session.execute(
+        select(Vote.question_id, Vote.answer)
+        .join(Question, Question.id == Vote.question_id)
+        .join(User, User.id == Vote.user_id)
+        .where(Vote.competition_id == competition.id, Question.gold_answer.is_(None), ~User.votes_excluded)
+        .order_by(Vote.created_at, Vote.id)
+    ).all()
+    first: dict[int, list[bool]] = {}
+    for question_id, answer in rows:
+        first.setdefault(question_id, []).append(answer)
+    pairs = [answers[0] == answers[1] for answers in first.values() if len(answers) >= 2]
+    return sum(pairs), len(pairs) - sum(pairs)
+
+
+def test_the_reliability_is_the_agreement_of_the_first_two_counted_votes(client, db_session):
+    accounts = users_with_tokens(db_session, "ann", 4)
+    competition, truth = build(db_session, "noisy", Sampling.active, images=4, k=4)
+    tokens = [token for _, token in accounts]
+    label_all(client, db_session, competition, truth, tokens, liars=frozenset({1}))
+    refresh(db_session, competition)  # on the last decisions too
+    db_session.commit()
+    agreeing, disagreeing = first_two_pairs(db_session, competition)
+    assert agreeing and disagreeing, "the liar splits some first pairs"
+    assert competition.annotator_reliability == reliability_from_pairs(agreeing, disagreeing)
+    set_votes_excluded(db_session=db_session, user=db_session.get(User, accounts[1][0]), votes_excluded=True)
+    refresh(db_session, competition)
+    db_session.commit()
+    assert first_two_pairs(db_session, competition) != (agreeing, disagreeing)
+    assert competition.annotator_reliability == reliability_from_pairs(
+        *first_two_pairs(db_session, competition)
+    )
 
 
 def answer_next_by(client, competition: Competition, tokens: list[str], answer: bool = True) -> list[tuple]:
@@ -247,7 +298,11 @@ def label_concurrently(url: str, competition_id: int, truth: dict, image_of: dic
             ]
             body = {"answers": answers, "next": True}
             reply = http.post(f"{prefix}/answers", json=body).raise_for_status().json()["next"]
-        return http.post(f"{prefix}/next").raise_for_status().json()["status"]
+        status = "busy"
+        while status == "busy":  # another annotator's request is rerunning the policy
+            status = http.post(f"{prefix}/next").raise_for_status().json()["status"]
+            time.sleep(0.02 if status == "busy" else 0)
+        return status
 
 
 def test_annotators_labelling_at_once_settle_an_active_competition(live_server):
