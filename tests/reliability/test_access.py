@@ -84,6 +84,7 @@ ROUTES = {
     ("GET", "/api/v1/competitions/{competition_id}/labelling/annotators"): ADMIN,
     ("GET", "/api/v1/competitions/{competition_id}/labelling/gold"): ADMIN,
     ("POST", "/api/v1/competitions/{competition_id}/labelling/gold"): ADMIN,
+    ("PUT", "/api/v1/competitions/{competition_id}/labelling/sampling"): ADMIN,
     ("GET", "/api/v1/competitions/{competition_id}/labelling/quality-flags"): ADMIN,
     ("POST", "/api/v1/competitions/{competition_id}/labelling/quality-flags/{flag_id}/decision"): ADMIN,
     ("GET", "/api/v1/competitions/{competition_id}/labelling/review"): ADMIN,
