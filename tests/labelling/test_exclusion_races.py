@@ -83,8 +83,10 @@ def test_excluding_and_pausing_annotators_while_they_answer_keeps_every_count_tr
 
     def administer(crowd_done: threading.Event) -> None:
         """Exclude, count again and exclude the first annotators, and pause the next ones, as they label."""
-        with httpx.Client(
-            base_url=f"{live_server.url}/api/v1", headers={"Authorization": f"Bearer {admin_token}"}
+        with httpx.Client(  # a loaded 2-core machine can take longer than httpx's 5 s: this tests counts
+            base_url=f"{live_server.url}/api/v1",
+            headers={"Authorization": f"Bearer {admin_token}"},
+            timeout=60,
         ) as admin:
             for excluded in (True, False, True):
                 for user_id, _ in annotators[:TOGGLED]:
