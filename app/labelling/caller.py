@@ -7,7 +7,7 @@ from sqlalchemy.orm import Session
 
 from app.competitions.models import Sampling
 from app.i18n import choose_locale
-from app.labelling.statements import (
+from app.labelling.caller_statements import (
     CALLER_BY_ID,
     CALLER_BY_TOKEN,
     LOCKED_CALLER_BY_ID,
