@@ -24,6 +24,7 @@ from app.jobs.router import router as jobs_router
 from app.labelling import admin_router as labelling_admin
 from app.labelling.metrics import labelling_gauges
 from app.labelling.pages import router as labelling_pages_router
+from app.labelling.policy_runner import PolicyRunner
 from app.labelling.router import router as labelling_router
 from app.leaderboard.pages import router as leaderboard_pages_router
 from app.leaderboard.public_reads import PublicReads
@@ -109,6 +110,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(_app: FastAPI):
         _freeze_start_up_objects()
         yield
+        app.state.policy_runner.close()
         engine.dispose()
 
     app = FastAPI(
@@ -127,6 +129,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         1 if engine.dialect.name == "sqlite" else settings.db_pool_size
     )
     app.state.public_reads = PublicReads()
+    app.state.policy_runner = PolicyRunner(settings.sqlalchemy_url)
     app.state.password_gate = asyncio.Semaphore(PASSWORD_CHECKS_AT_ONCE)
     app.state.openid_clients = OpenIDClients(settings.oidc_providers)
     app.state.login_limits = LoginLimits(

@@ -10,6 +10,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import psycopg
@@ -20,6 +21,8 @@ from sqlalchemy.orm import Session
 
 from app.db.engine import create_db_engine
 from app.db.session import database_steps, get_session
+from app.labelling import policy
+from app.labelling.policy_runner import policy_runner
 from app.main import create_app
 from app.migrate import upgrade
 from app.settings import Settings
@@ -187,6 +190,7 @@ def app(settings: Settings, db_session: Session):
 
     application.dependency_overrides[get_session] = session_in_test_transaction
     application.dependency_overrides[database_steps] = lambda: StepsInTestTransaction(db_session)
+    application.dependency_overrides[policy_runner] = lambda: PolicyRunnerInTestTransaction(db_session)
     return application
 
 
@@ -204,6 +208,20 @@ class StepsInTestTransaction:
         except BaseException:
             self.db_session.rollback()
             raise
+
+
+class PolicyRunnerInTestTransaction:
+    """The PolicyRunner on the test's rolled-back transaction, which the policy's own process cannot see
+    (tests/labelling/test_active.py runs that process through a live server)."""
+
+    def __init__(self, db_session: Session):
+        self.steps = StepsInTestTransaction(db_session)
+
+    def start(self) -> None:
+        """Nothing to start: the policy reruns in the test's thread."""
+
+    async def refresh_if_due(self, competition_id: int, ran_dry: bool) -> None:
+        await self.steps.run(partial(policy.refresh_if_due, competition_id=competition_id, ran_dry=ran_dry))
 
 
 @pytest.fixture

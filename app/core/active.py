@@ -19,7 +19,6 @@ docs/architecture.md, Active sampling):
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,8 +37,9 @@ DEFAULT_REFRESH_EVERY = 20
 """Decided questions between two policy refreshes in the service (and in the simulation), at least."""
 REFRESH_PARTS = 100
 """... or a hundredth of the competition's questions, when that is more (refresh_interval)."""
-PRIORITY_LEVELS = 8
-"""An item's priority is one of 2^0 … 2^-8 (or 0, parked): priority_level."""
+LOWEST_LEVEL = -16
+"""An item's priority is a power of √2, 2^-16 at least (or 0, parked): priority_levels. One image's worth
+is at least 1/R/(k+1) per open pair (2^-12.6 for R = 200, k = 30)."""
 DEFAULT_UNIFORM_FLOOR = 0.1
 """Share of next-item picks that ignore the priorities (uniform order), so that no open pair starves."""
 DEFAULT_EARLY_CONFIDENCE = 0.99
@@ -187,10 +187,15 @@ def active_policy(
     return PolicyDecision(priority, pair_settled, bool(pair_settled.all()), informative)
 
 
-def image_priority(priority: np.ndarray, pairs: Iterable[tuple[int, int]]) -> float:
-    """Σ over the image's open pairs (i, j) of priority[i, j]: one label item decides its questions for every
-    pair that selected it, so its value is the sum of theirs (0 parks it: all its pairs have stopped)."""
-    return float(sum(priority[i, j] for i, j in pairs))
+def image_priorities(
+    priority: np.ndarray, pair_of_row: np.ndarray, image_of_row: np.ndarray, images: int
+) -> np.ndarray:
+    """Each image's worth, Σ over its open pairs (i, j) of priority[i, j], given one row per (image, open
+    pair): pair_of_row (r × 2 classifier indices) and image_of_row (r image indices, < images). One label item
+    decides its questions for every pair that selected it, so its worth is the sum of theirs (0 parks it: all
+    its pairs have stopped)."""
+    worth = priority[pair_of_row[:, 0], pair_of_row[:, 1]] if len(pair_of_row) else np.zeros(0)
+    return np.bincount(image_of_row, weights=worth, minlength=images).astype(float)
 
 
 def refresh_interval(questions: int, every: int = DEFAULT_REFRESH_EVERY) -> int:
@@ -200,11 +205,13 @@ def refresh_interval(questions: int, every: int = DEFAULT_REFRESH_EVERY) -> int:
     return max(every, -(-questions // REFRESH_PARTS))
 
 
-def priority_level(value: float, top: float) -> float:
-    """The queue's priority of an item worth `value` (image_priority) when the best is worth `top`:
-    2^-ℓ, ℓ = min(PRIORITY_LEVELS, ⌊log2(top / value)⌋), and 0 (parked) when value is 0. Powers of two, so
-    that a rerun rewrites only the items whose value moved by about a factor of two, not every item whose
-    bootstrap estimate wobbled; within a level the queue keeps its uniform order."""
-    if value <= 0 or top <= 0:
-        return 0.0
-    return float(2.0 ** -min(PRIORITY_LEVELS, int(np.floor(np.log2(top / value)))))
+def priority_levels(worth: np.ndarray) -> np.ndarray:
+    """The queue's priority of items worth `worth` (image_priorities): √2^ℓ with ℓ = max(2·LOWEST_LEVEL,
+    ⌊2·log2 worth⌋), 0 (parked) for no worth. Steps of √2 so that a rerun rewrites only the items whose worth
+    crossed one, and so that each step holds items of many pairs: the images the queue hands out between two
+    reruns spread over the pairs that are worth about as much (in `mad simulate`, the steps of 2^(1/4) and
+    exact worths spent more votes, steps of 2 as many and rewrote fewer items); within a step the queue keeps
+    its uniform order."""
+    positive = worth > 0
+    steps = np.maximum(2 * LOWEST_LEVEL, np.floor(2 * np.log2(np.where(positive, worth, 1.0))))
+    return np.where(positive, np.exp2(steps / 2), 0.0)

@@ -11,8 +11,8 @@ measures the policies, not the draws.
 - `active` (app/core/active.py, as the service's queue runs it): an image is one queue item; a question is
   decided by `decided_early` with the current annotator reliability or else by the strict majority; every
   `refresh_interval` decided questions the reliability (`reliability_from_pairs` over the first two votes of
-  each decided question) and `active_policy` are recomputed, an image's priority being the `priority_level`
-  of its `image_priority` (1 until the first refresh); the next image is the highest priority (then position
+  each decided question) and `active_policy` are recomputed, an image's priority being the `priority_levels`
+  of its `image_priorities` (1 until the first refresh); the next image is the highest priority (then position
   in its pairs' selections, then a random tie-break), or with probability `uniform_floor` the first unparked
   image in that uniform order. Labelling stops when the policy says the ranking is settled or nothing is open.
 """
@@ -26,8 +26,8 @@ import numpy as np
 from app.core.active import (
     active_policy,
     decided_early,
-    image_priority,
-    priority_level,
+    image_priorities,
+    priority_levels,
     refresh_interval,
     reliability_from_pairs,
 )
@@ -119,9 +119,9 @@ class _Queue:
         self.spread = np.full(len(image_ids), np.iinfo(np.int64).max)
         np.minimum.at(self.spread, self.flat_image, np.concatenate([np.arange(size) for size in sizes]))
         self.flat_pair = np.repeat(np.arange(len(design.pairs)), sizes)
-        self.pairs_of = [
-            np.unique(self.flat_pair[self.flat_image == image]) for image in range(len(image_ids))
-        ]
+        membership = np.unique(np.c_[self.flat_image, self.flat_pair], axis=0)
+        self.image_of_row = membership[:, 0]
+        self.pair_of_row = np.array(design.pairs, dtype=np.int64).reshape(-1, 2)[membership[:, 1]]
         questions = np.concatenate(
             [np.r_[qi, qj] for qi, qj in zip(design.questions_i, design.questions_j, strict=True)]
         )
@@ -147,14 +147,13 @@ class _Queue:
         return still_open
 
     def refresh(self, settings: ActiveSettings, seed: int) -> bool:
-        """Reliability and policy recomputed, each image's priority `image_priority`; True when settled."""
+        """Reliability and policy recomputed, each image's priority the `priority_levels` of its
+        `image_priorities`; True when settled."""
         self.reliability = reliability_from_pairs(self.agreeing_pairs, self.disagreeing_pairs)
         counts = counts_of(self.design, self.answers)
         decision = active_policy(counts, self.open_images(), alpha=settings.alpha, seed=seed)
-        pairs = self.design.pairs
-        values = [image_priority(decision.priority, [pairs[index] for index in of]) for of in self.pairs_of]
-        top = max(values, default=0.0)
-        self.priority = np.array([priority_level(value, top) for value in values])
+        worth = image_priorities(decision.priority, self.pair_of_row, self.image_of_row, len(self.priority))
+        self.priority = priority_levels(worth)
         self.priority_order = np.lexsort((self.shuffle, self.spread, -self.priority))
         return decision.settled
 

@@ -3,15 +3,15 @@ app.core.active reruns, what it writes for the queue, and what settling cost.
 
 Every answer that decides questions adds them to the competition's count (count_decisions, one upsert); once
 refresh_interval are decided (20, or a hundredth of the questions when that is more), the policy reruns after
-the response (refresh_if_due): on the pairs' labelled outcomes and open images it gives each label item the
-priority_level of the sum of its open pairs' priorities (a power of two; 0 parks the item), the annotators'
+the response in a process of its own (refresh_if_due, from app.labelling.policy_runner): on the pairs'
+labelled outcomes and open images it gives each label item the priority_levels of the sum of its open pairs'
+priorities (a step of √2; 0 parks the item), the annotators'
 reliability (which may let fewer agreeing votes decide a question) and whether the ranking is settled (the
 queue then offers nothing more). Uniform competitions never reach any of this. Locks: the competition's row,
-then its items in id order, then its policy row (a submit holds an item, then the policy row), so that none
-waits in a cycle.
+then its items in id order (redecide_open; the priorities' writes pass over locked items), then its policy
+row (a submit holds an item, then the policy row), so that none waits in a cycle.
 """
 
-from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,8 +24,8 @@ from app.competitions.models import Competition, Sampling
 from app.core.active import (
     PolicyDecision,
     active_policy,
-    image_priority,
-    priority_level,
+    image_priorities,
+    priority_levels,
     refresh_interval,
     reliability_from_pairs,
 )
@@ -119,23 +119,28 @@ def dry_queue_status(db_session: Session, competition_id: int) -> NextItemStatus
 
 @dataclass(frozen=True)
 class OpenPairs:
-    """Each stored pair's classifier indices among the ranked, and the images of it still open (selected,
-    a question undecided) with the pairs of each such image."""
+    """Each stored pair's classifier indices among the ranked, how many of its images are still open
+    (selected, a question undecided), and one row per (open image, pair): the image's id, the pair's
+    classifier indices."""
 
     index_of: dict[int, int]
     open_images: np.ndarray
-    pairs_of_image: dict[int, list[tuple[int, int]]]
+    image_of_row: np.ndarray
+    pair_of_row: np.ndarray
 
 
 def refresh(db_session: Session, competition: Competition, counted: int = 0) -> PolicyDecision | None:
     """Rerun the policy (module docstring) and write its decision; `counted`: the decided questions it
-    answers for, taken off the count. None when fewer than two classifiers have pairs."""
+    answers for, taken off the count. Everything is read and computed before the first item is written, so
+    that the item locks it takes are held only to the end of its short writes. None when fewer than two
+    classifiers have pairs."""
     _lock_policy(db_session, competition.id)
     before = early_votes(competition)
     by_pair = pair_outcomes(db_session=db_session, competition=competition)
     pairs = _open_pairs(db_session, competition, by_pair)
     m = len(pairs.index_of)
     decision = None
+    levels = Levels(np.zeros(0, dtype=np.int64), np.zeros(0))
     if m >= 2:
         index = pairs.index_of
         outcomes = {
@@ -145,14 +150,16 @@ def refresh(db_session: Session, competition: Competition, counted: int = 0) -> 
         }
         counts = count_outcomes(outcomes, m)
         decision = active_policy(counts, pairs.open_images, alpha=competition.smoothing)
-        _write_priorities(db_session, competition, pairs, decision.priority)
+        levels = _changed_levels(db_session, competition, pairs, decision.priority)
         competition.settled = decision.settled and bool(counts.n.sum())
     competition.annotator_reliability = _reliability(db_session, competition)
+    cost = active_cost(db_session, competition.id, competition.panel_size)
     db_session.flush()
     settings = LabellingSettings.of(competition)
     if early_votes(settings) != before:
         redecide_open(db_session, settings)
-    _write_policy_row(db_session, competition, pairs, decision, counted)
+    _write_levels(db_session, levels)
+    _write_policy_row(db_session, competition.id, pairs, decision, cost, counted)
     return decision
 
 
@@ -167,48 +174,80 @@ def _open_pairs(
         if c.id in in_pairs and c.status not in (ClassifierStatus.retired, ClassifierStatus.failed)
     ]
     index_of = {classifier_id: index for index, classifier_id in enumerate(ranked)}
+    statement = with_pair_questions(
+        select(PairImage.image_id, PairSubset.classifier_a_id, PairSubset.classifier_b_id)
+        .select_from(PairSubset)
+        .join(PairImage, PairImage.subset_id == PairSubset.id),
+        decided=False,
+    ).where(
+        PairSubset.competition_id == competition.id,
+        PairImage.role == PairImageRole.selected,
+        or_(QUESTION_A.outcome.is_(None), QUESTION_B.outcome.is_(None)),
+    )
+    rows = [
+        (image_id, index_of[a_id], index_of[b_id])
+        for image_id, a_id, b_id in db_session.connection().execute(statement)
+        if a_id in index_of and b_id in index_of
+    ]
+    table = np.array(rows, dtype=np.int64).reshape(-1, 3)
+    image_of_row, pair_of_row = table[:, 0], table[:, 1:]
     open_images = np.zeros((len(ranked), len(ranked)), dtype=np.int64)
-    pairs_of_image: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    rows = db_session.execute(
-        with_pair_questions(
-            select(PairSubset.classifier_a_id, PairSubset.classifier_b_id, PairImage.image_id)
-            .select_from(PairSubset)
-            .join(PairImage, PairImage.subset_id == PairSubset.id),
-            decided=False,
-        ).where(
-            PairSubset.competition_id == competition.id,
-            PairImage.role == PairImageRole.selected,
-            or_(QUESTION_A.outcome.is_(None), QUESTION_B.outcome.is_(None)),
-        )
-    ).all()
-    for a_id, b_id, image_id in rows:
-        if a_id in index_of and b_id in index_of:
-            i, j = index_of[a_id], index_of[b_id]
-            open_images[i, j] += 1
-            open_images[j, i] += 1
-            pairs_of_image[image_id].append((i, j))
-    return OpenPairs(index_of, open_images, pairs_of_image)
+    np.add.at(open_images, (pair_of_row[:, 0], pair_of_row[:, 1]), 1)
+    return OpenPairs(index_of, open_images + open_images.T, image_of_row, pair_of_row)
 
 
-def _write_priorities(
+@dataclass(frozen=True)
+class Levels:
+    """Items whose priority changed, and their new priorities."""
+
+    item_ids: np.ndarray
+    priorities: np.ndarray
+
+
+def _changed_levels(
     db_session: Session, competition: Competition, pairs: OpenPairs, priority: np.ndarray
-) -> None:
-    """Each item's priority: the priority_level of image_priority over its open pairs (the sum of their
-    priority[i, j]) against the largest item's (0 parks it); written in id order where it changed."""
-    items = db_session.execute(
-        select(LabelItem.id, LabelItem.image_id, LabelItem.priority)
+) -> Levels:
+    """The items whose priority changed: priority_levels of their image_priorities over their open pairs
+    (the sum of their priority[i, j]; 0 parks an item)."""
+    statement = (
+        select(LabelItem.image_id, LabelItem.id, LabelItem.priority)
         .where(LabelItem.competition_id == competition.id)
-        .order_by(LabelItem.id)
-    ).all()
-    values = [image_priority(priority, pairs.pairs_of_image.get(image_id, ())) for _, image_id, _ in items]
-    top = max(values, default=0.0)
-    changed = []
-    for (item_id, _, old), value in zip(items, values, strict=True):
-        new = priority_level(value, top)
-        if new != old:
-            changed.append({"id": item_id, "priority": new})
-    if changed:
-        db_session.execute(update(LabelItem), changed)
+        .order_by(LabelItem.image_id)
+    )
+    rows = db_session.connection().execute(statement).all()
+    image_ids = np.array([row[0] for row in rows], dtype=np.int64)
+    item_ids = np.array([row[1] for row in rows], dtype=np.int64)
+    old = np.array([row[2] for row in rows], dtype=float)
+    position = np.searchsorted(image_ids, pairs.image_of_row).clip(max=max(len(rows) - 1, 0))
+    known = image_ids[position] == pairs.image_of_row if len(rows) else np.zeros(0, dtype=bool)
+    worth = image_priorities(priority, pairs.pair_of_row[known], position[known], len(rows))
+    new = priority_levels(worth)
+    changed = new != old
+    return Levels(item_ids[changed], new[changed])
+
+
+LEVELS_AT_ONCE = 1000
+"""Items one statement writes."""
+
+
+def _write_levels(db_session: Session, levels: Levels) -> None:
+    """Write the changed priorities, one statement per level and LEVELS_AT_ONCE items, passing over the
+    items that a request holds locked right now (SKIP LOCKED: a submit or lease never waits for a refresh,
+    nor the refresh for it); such an item keeps its old priority until the next refresh finds it changed."""
+    for level in np.unique(levels.priorities):
+        ids = levels.item_ids[levels.priorities == level].tolist()
+        for start in range(0, len(ids), LEVELS_AT_ONCE):
+            free = (
+                select(LabelItem.id)
+                .where(LabelItem.id.in_(ids[start : start + LEVELS_AT_ONCE]))
+                .with_for_update(skip_locked=True)
+            )
+            db_session.execute(
+                update(LabelItem)
+                .where(LabelItem.id.in_(free.scalar_subquery()))
+                .values(priority=float(level))
+                .execution_options(synchronize_session=False)
+            )
 
 
 def _reliability(db_session: Session, competition: Competition) -> float:
@@ -266,18 +305,26 @@ def redecide_open(db_session: Session, competition: LabellingSettings) -> None:
     refresh_needed(db_session, competition, items)
 
 
+@dataclass(frozen=True)
+class ActiveCost:
+    """Votes spent on regular questions, and the full design's (FULL_DESIGN)."""
+
+    votes_used: int
+    full_design_votes: int
+
+
 def _write_policy_row(
     db_session: Session,
-    competition: Competition,
+    competition_id: int,
     pairs: OpenPairs,
     decision: PolicyDecision | None,
+    cost: ActiveCost,
     counted: int,
 ) -> None:
     """Store the decision (informative pairs as [a_id, b_id], votes used, the full design's) and take the
     decided questions it answers for off the count."""
     ids = {index: classifier_id for classifier_id, index in pairs.index_of.items()}
     informative = [] if decision is None else [[ids[i], ids[j]] for i, j in decision.informative_pairs]
-    cost = active_cost(db_session, competition.id, competition.panel_size)
     values = {
         "informative_pairs": informative,
         "votes_used": cost.votes_used,
@@ -285,7 +332,7 @@ def _write_policy_row(
         "refreshed_at": utcnow(),
     }
     insert = conflict_insert(db_session, ActivePolicy).values(
-        competition_id=competition.id, decided_since_refresh=0, **values
+        competition_id=competition_id, decided_since_refresh=0, **values
     )
     remaining = case(
         (ActivePolicy.decided_since_refresh > counted, ActivePolicy.decided_since_refresh - counted), else_=0
@@ -295,14 +342,6 @@ def _write_policy_row(
             index_elements=[ActivePolicy.competition_id], set_={**values, "decided_since_refresh": remaining}
         )
     )
-
-
-@dataclass(frozen=True)
-class ActiveCost:
-    """Votes spent on regular questions, and the full design's (FULL_DESIGN)."""
-
-    votes_used: int
-    full_design_votes: int
 
 
 def active_cost(db_session: Session, competition_id: int, panel_size: int) -> ActiveCost:

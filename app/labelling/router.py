@@ -8,19 +8,19 @@ dependencies, are in admin_router.py.
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from typing import Annotated, TypeVar
 
 from fastapi import APIRouter, BackgroundTasks, Depends, Request
 from sqlalchemy.orm import Session
 
 from app.competitions.members import MEMBERS_ONLY
-from app.db.session import DatabaseStepsDep, SessionDep, in_one_thread
+from app.db.session import SessionDep, in_one_thread
 from app.errors import Forbidden, NotFound
-from app.labelling import answers, policy, quality, queue
+from app.labelling import answers, quality, queue
 from app.labelling.annotators import annotator_stats, images_left
 from app.labelling.caller import labelling_caller
 from app.labelling.metrics import VOTES
+from app.labelling.policy_runner import PolicyRunnerDep
 from app.labelling.schemas import (
     AnswersCreate,
     AnswersRead,
@@ -163,7 +163,7 @@ async def submit_answers(
     body: AnswersCreate,
     db_session: SessionDep,
     labelling: LabellingRequestDep,
-    steps: DatabaseStepsDep,
+    policy_runner: PolicyRunnerDep,
     background: BackgroundTasks,
 ) -> AnswersRead:
     """Store yes/no answers with the seconds each took (bounded by the server's clock: the time since the
@@ -177,7 +177,8 @@ async def submit_answers(
     further labelling request of theirs in this competition is refused (403) until an admin decides; a streak
     of very fast answers or a long run of one answer is flagged for an admin to review. Under active sampling
     two or more agreeing votes of reliable annotators may decide a question before a majority, and once
-    enough questions are decided (or the caller's queue ran dry) the policy reruns after the response."""
+    enough questions are decided (or the caller's queue ran dry) the policy reruns after the response, in a
+    process of its own."""
 
     def answer(call: LabellingCall) -> AnswersRead:
         result = answers.submit_answers(
@@ -190,9 +191,10 @@ async def submit_answers(
         if body.next and result.paused is None:  # this transaction may hold the policy row: no rerun here
             leased = _lease_next(db_session, call, rerun_policy=False)
         ran_dry = leased is not None and leased.status == "finished" and actively_sampled(call.competition)
+        if actively_sampled(call.competition):
+            policy_runner.start()
         if result.refresh_due or ran_dry:
-            refresh = partial(policy.refresh_if_due, competition_id=call.competition.id, ran_dry=ran_dry)
-            background.add_task(steps.run, refresh)
+            background.add_task(policy_runner.refresh_if_due, call.competition.id, ran_dry)
         return AnswersRead(
             recorded=result.recorded,
             already_decided=result.already_decided,

@@ -5,13 +5,13 @@ import pytest
 
 from app.core.active import (
     DEFAULT_MIN_IMAGES,
-    PRIORITY_LEVELS,
+    LOWEST_LEVEL,
     active_policy,
     adjacent_flip,
     decided_early,
     flip_probability,
-    image_priority,
-    priority_level,
+    image_priorities,
+    priority_levels,
     projected_flip,
     refresh_interval,
     reliability_from_pairs,
@@ -130,8 +130,14 @@ def test_a_tie_stops_for_futility_once_half_its_images_are_labelled():
 
 def test_an_image_is_worth_the_sum_of_its_pairs():
     priority = np.array([[0.0, 0.2, 0.1], [0.2, 0.0, 0.0], [0.1, 0.0, 0.0]])
-    assert image_priority(priority, [(0, 1), (0, 2)]) == pytest.approx(0.3)
-    assert image_priority(priority, [(1, 2)]) == 0 and image_priority(priority, []) == 0
+    # image 0 serves pairs (0, 1) and (0, 2), image 1 pair (1, 2) only, image 2 none
+    pair_of_row, image_of_row = np.array([[0, 1], [0, 2], [1, 2]]), np.array([0, 0, 1])
+    worth = image_priorities(priority, pair_of_row, image_of_row, images=3)
+    assert worth == pytest.approx([0.3, 0.0, 0.0])
+    assert image_priorities(priority, np.zeros((0, 2), dtype=int), np.zeros(0, dtype=int), 2).tolist() == [
+        0,
+        0,
+    ]
 
 
 def test_too_few_images_keep_a_pair_open_however_clear():
@@ -155,10 +161,10 @@ def test_the_policy_reruns_every_20_decisions_or_every_hundredth_of_the_question
     assert refresh_interval(500, every=5) == 5
 
 
-def test_priority_levels_are_powers_of_two_that_move_only_with_a_factor_of_two():
-    top = 3.0
-    assert priority_level(3.0, top) == 1.0
-    assert priority_level(1.6, top) == 1.0
-    assert priority_level(1.4, top) == 0.5
-    assert priority_level(1e-9, top) == 2.0**-PRIORITY_LEVELS
-    assert priority_level(0.0, top) == 0.0 and priority_level(1.0, 0.0) == 0.0
+def test_priority_levels_are_steps_of_the_square_root_of_two():
+    worth = np.array([3.0, 2.0, 1.6, 1.4, 1.0, 0.3, 1e-9, 0.0])
+    levels = priority_levels(worth)
+    assert levels == pytest.approx([2**1.5, 2.0, 2**0.5, 1.0, 1.0, 2**-2, 2.0**LOWEST_LEVEL, 0.0])
+    above_the_floor = worth > 1e-4
+    assert (worth[above_the_floor] / 2**0.5 < levels[above_the_floor]).all()
+    assert (levels[above_the_floor] <= worth[above_the_floor]).all()

@@ -14,6 +14,7 @@ from app.core.active import reliability_from_pairs
 from app.labelling.annotators import set_votes_excluded
 from app.labelling.models import ActivePolicy, LabelItem, Question, Vote
 from app.labelling.policy import refresh
+from app.labelling.policy_runner import ready
 from app.labelling.subsets import store_pair_subset
 from app.users.models import User
 from tests.labelling.factories import (
@@ -323,6 +324,9 @@ def test_annotators_labelling_at_once_settle_an_active_competition(live_server):
             ).all()
         )
         competition_id = competition.id
+    # The policy's process is up, as on a server that has been labelling for a few seconds (it starts at the
+    # first answer under active sampling and takes a second or two); the reruns then run in it.
+    live_server.app.state.policy_runner.start().submit(ready).result(timeout=60)
     with ThreadPoolExecutor(ANNOTATORS) as pool:
         statuses = list(
             pool.map(

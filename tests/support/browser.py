@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from fastapi import FastAPI
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -42,9 +43,11 @@ PAGE_TIMEOUT_S = 30
 
 @dataclass
 class LiveServer:
-    """A running server: its base URL, settings (data dir, database) and sessions on its database."""
+    """A running server: its base URL, the application, settings (data dir, database) and sessions on its
+    database."""
 
     url: str
+    app: FastAPI
     settings: Settings
     engine: Engine
     sessions: sessionmaker[Session]
@@ -59,8 +62,9 @@ def serving(database_url: str, data_dir: Path, **overrides) -> Iterator[LiveServ
     )
     engine = create_db_engine(settings.sqlalchemy_url)
     try:
-        with serve_in_thread(create_app(settings)) as url:
-            yield LiveServer(url, settings, engine, create_sessionmaker(engine))
+        app = create_app(settings)
+        with serve_in_thread(app) as url:
+            yield LiveServer(url, app, settings, engine, create_sessionmaker(engine))
     finally:
         engine.dispose()
 

@@ -1,0 +1,83 @@
+"""Where the active policy reruns (issue 24; docs/architecture.md, Active sampling): in a process of its own
+beside each server process, never in the server's threads.
+
+A rerun reads every item of the competition and refits the bootstrap: a tenth to a third of a second of
+CPU, most of it Python holding the GIL. Run in a thread of the server process it made that process's event
+loop and request threads wait for the GIL at every step, so the next and submit p99 of benchmarks/labelling.py
+rose to 2.5× uniform sampling's; in a process of its own it costs the requests only its CPU. The process is
+started at the first answer under active sampling (a server that never samples actively never starts it;
+starting takes a second or two of importing, done before the first rerun is due) with its own engine, made
+once, and reruns one competition at a time; several server processes' reruns of one competition wait for
+each other on the competition's row (app.labelling.policy).
+"""
+
+import asyncio
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy import Engine
+
+from app.db.engine import create_db_engine, create_sessionmaker
+from app.labelling import policy
+
+_engines: dict[str, Engine] = {}
+
+
+def refresh_if_due_at(url: str, competition_id: int, ran_dry: bool) -> None:
+    """policy.refresh_if_due in a transaction of its own on the database at `url` (this process's engine for
+    it, made at the first call)."""
+    engine = _engines.get(url) or _engines.setdefault(url, create_db_engine(url, pool_size=1))
+    with create_sessionmaker(engine)() as db_session, db_session.begin():
+        policy.refresh_if_due(db_session, competition_id=competition_id, ran_dry=ran_dry)
+
+
+def ready() -> None:
+    """Nothing: run once so that the policy's process has imported this module before the first rerun."""
+
+
+class PolicyRunner:
+    """Reruns the policy in a process of its own (module docstring), started by `start`. A
+    competition's rerun asked for while one of it waits or runs is dropped: every answer that decides a
+    question once refresh_interval are counted asks for one, and all but the first would only queue to
+    find the count taken off (the one that runs answers for every question counted when it starts; those
+    decided during it bring the next)."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.pool: ProcessPoolExecutor | None = None
+        self.asked: set[int] = set()
+
+    def start(self) -> ProcessPoolExecutor:
+        """The policy's process, started (importing in the background) if it was not."""
+        if self.pool is None:
+            self.pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+            self.pool.submit(ready)
+        return self.pool
+
+    async def refresh_if_due(self, competition_id: int, ran_dry: bool) -> None:
+        """policy.refresh_if_due on the competition in the policy's process, unless one is asked already."""
+        if competition_id in self.asked:
+            return
+        self.asked.add(competition_id)
+        try:
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(self.start(), refresh_if_due_at, self.url, competition_id, ran_dry)
+        finally:
+            self.asked.discard(competition_id)
+
+    def close(self) -> None:
+        """Stop the policy's process, dropping the reruns not started (each is due again at the next
+        decided question)."""
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool = None
+
+
+def policy_runner(request: Request) -> PolicyRunner:
+    """The application's PolicyRunner (a dependency, so that tests can rerun in their transaction)."""
+    return request.app.state.policy_runner
+
+
+PolicyRunnerDep = Annotated[PolicyRunner, Depends(policy_runner)]
