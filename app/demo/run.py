@@ -52,6 +52,7 @@ from app.images.sources import Candidate
 from app.images.store import ImageStore
 from app.jobs.lifecycle import enqueue_classifier
 from app.labelling.policy import active_cost
+from app.labelling.policy_runner import ready
 from app.leaderboard.agreement import competition_quality
 from app.main import create_app
 from app.migrate import upgrade
@@ -310,7 +311,13 @@ def simulate_labelling(settings: Settings, competition: Competition, corpus: Dig
         for path, digit in zip(corpus.paths, corpus.digits, strict=True)
     }
     class_index_of_name = {name: index for index, name in enumerate(competition.class_names)}
-    with serve_in_thread(create_app(settings)) as url:
+    app = create_app(settings)
+    if competition.sampling == Sampling.active:
+        # The simulated panel answers a hundred times faster than people: the policy's process, which a
+        # server starts at its first answer under active sampling, is started first so that its second or
+        # two of start-up does not fall inside the labelling (app.labelling.policy_runner).
+        app.state.policy_runner.start().submit(ready).result()
+    with serve_in_thread(app) as url:
         tally = run_panel(
             base_url=url,
             tokens=tokens,
