@@ -14,6 +14,7 @@ each other on the competition's row (app.labelling.policy).
 import asyncio
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -64,6 +65,9 @@ class PolicyRunner:
         try:
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(self.start(), refresh_if_due_at, self.url, competition_id, ran_dry)
+        except BrokenProcessPool:
+            self.pool = None  # the process died (killed, out of memory): the next rerun starts another
+            raise
         finally:
             self.asked.discard(competition_id)
 
