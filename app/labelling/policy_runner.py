@@ -13,6 +13,7 @@ each other on the competition's row (app.labelling.policy).
 
 import asyncio
 import multiprocessing
+import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Annotated
@@ -48,14 +49,19 @@ class PolicyRunner:
     def __init__(self, url: str):
         self.url = url
         self.pool: ProcessPoolExecutor | None = None
+        self.starting = threading.Lock()
         self.asked: set[int] = set()
 
     def start(self) -> ProcessPoolExecutor:
-        """The policy's process, started (importing in the background) if it was not."""
-        if self.pool is None:
-            self.pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
-            self.pool.submit(ready)
-        return self.pool
+        """The policy's process, started (importing in the background) if it was not; requests' threads call
+        it at once, so one of them starts it."""
+        with self.starting:
+            if self.pool is None:
+                self.pool = ProcessPoolExecutor(
+                    max_workers=1, mp_context=multiprocessing.get_context("spawn")
+                )
+                self.pool.submit(ready)
+            return self.pool
 
     async def refresh_if_due(self, competition_id: int, ran_dry: bool) -> None:
         """policy.refresh_if_due on the competition in the policy's process, unless one is asked already."""
