@@ -16,9 +16,7 @@ import multiprocessing
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import Annotated
 
-from fastapi import Depends, Request
 from sqlalchemy import Engine
 
 from app.db.engine import create_db_engine, create_sessionmaker
@@ -83,11 +81,3 @@ class PolicyRunner:
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
             self.pool = None
-
-
-def policy_runner(request: Request) -> PolicyRunner:
-    """The application's PolicyRunner (a dependency, so that tests can rerun in their transaction)."""
-    return request.app.state.policy_runner
-
-
-PolicyRunnerDep = Annotated[PolicyRunner, Depends(policy_runner)]

@@ -20,7 +20,7 @@ from app.labelling import answers, quality, queue
 from app.labelling.annotators import annotator_stats, images_left
 from app.labelling.caller import labelling_caller
 from app.labelling.metrics import VOTES
-from app.labelling.policy_runner import PolicyRunnerDep
+from app.labelling.policy_runner import PolicyRunner
 from app.labelling.schemas import (
     AnswersCreate,
     AnswersRead,
@@ -126,6 +126,15 @@ async def labelling_request(
 
 
 LabellingRequestDep = Annotated[LabellingRequest, Depends(labelling_request)]
+
+
+def policy_runner(request: Request) -> PolicyRunner:
+    """The application's PolicyRunner (a dependency, so that tests can rerun the policy in their
+    transaction)."""
+    return request.app.state.policy_runner
+
+
+PolicyRunnerDep = Annotated[PolicyRunner, Depends(policy_runner)]
 
 
 @router.post("/next", summary="Lease the next image to label", responses=error_responses(401, 403, 404, 422))
