@@ -5,11 +5,11 @@ Every answer that decides questions adds them to the competition's count (count_
 refresh_interval are decided (20, or a hundredth of the questions when that is more), the policy reruns after
 the response in a process of its own (refresh_if_due, from app.labelling.policy_runner): on the pairs'
 labelled outcomes and open images it gives each label item the priority_levels of the sum of its open pairs'
-priorities (a step of √2; 0 parks the item), the annotators'
-reliability (which may let fewer agreeing votes decide a question) and whether the ranking is settled (the
-queue then offers nothing more). Uniform competitions never reach any of this. Locks: the competition's row,
-then its items in id order (redecide_open; the priorities' writes pass over locked items), then its policy
-row (a submit holds an item, then the policy row), so that none waits in a cycle.
+priorities (a step of √2; 0 parks the item), the annotators' reliability (which may let fewer agreeing votes
+decide a question) and whether the ranking is settled (the queue then offers nothing more). Uniform
+competitions never reach any of this. Locks: the competition's row, then its items in id order (redecide_open;
+the priorities' writes pass over locked items), then its policy row (a submit holds an item, then the policy
+row), so that none waits in a cycle.
 """
 
 from dataclasses import dataclass
@@ -131,9 +131,9 @@ class OpenPairs:
 
 def refresh(db_session: Session, competition: Competition, counted: int = 0) -> PolicyDecision | None:
     """Rerun the policy (module docstring) and write its decision; `counted`: the decided questions it
-    answers for, taken off the count. Everything is read and computed before the first item is written, so
-    that the item locks it takes are held only to the end of its short writes. None when fewer than two
-    classifiers have pairs."""
+    answers for, taken off the count. The items' priorities are read and computed first and written last,
+    so that the item locks their writes take are held only to the end of the run's short last statements.
+    None when fewer than two classifiers have pairs."""
     _lock_policy(db_session, competition.id)
     before = early_votes(competition)
     by_pair = pair_outcomes(db_session=db_session, competition=competition)
