@@ -17,19 +17,20 @@ import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
-from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
 
 from app.db.engine import create_db_engine, create_sessionmaker
 from app.labelling import policy
 
-_engines: dict[str, Engine] = {}
+_sessions: dict[str, sessionmaker[Session]] = {}
 
 
 def refresh_if_due_at(url: str, competition_id: int, ran_dry: bool) -> None:
-    """policy.refresh_if_due in a transaction of its own on the database at `url` (this process's engine for
-    it, made at the first call)."""
-    engine = _engines.get(url) or _engines.setdefault(url, create_db_engine(url, pool_size=1))
-    with create_sessionmaker(engine)() as db_session, db_session.begin():
+    """policy.refresh_if_due in a transaction of its own on the database at `url` (this process's sessions
+    of it, made at the first call)."""
+    if url not in _sessions:
+        _sessions[url] = create_sessionmaker(create_db_engine(url, pool_size=1))
+    with _sessions[url]() as db_session, db_session.begin():
         policy.refresh_if_due(db_session, competition_id=competition_id, ran_dry=ran_dry)
 
 
