@@ -1,20 +1,20 @@
 """Active MAD: which pair to label next, when a question needs no more votes, when the ranking is settled.
 
-Three pure rules the labelling queue and `mad simulate --policy active` share (issue 24; the design is
+Pure rules the labelling queue and `mad simulate --policy active` share (issues 24 and 33; the design is
 docs/architecture.md, Active sampling):
 
-- Dynamic panels (Toloka's dynamic overlap; the one-coin model of Dawid & Skene 1979): a question is decided
-  by its first ≥ 2 votes when they agree and the posterior of their answer reaches a confidence; any
-  disagreement sends it on to the paper's strict majority of the full panel.
-- Annotator reliability: the one-coin accuracy implied by how often the first two votes of a question agree
-  (a Beta posterior on that agreement), which the stopping rule cannot touch.
-- Pair priorities and stop rules (Heckel, Shah, Ramchandran & Wainwright 2018, "Active ranking from pairwise
-  comparisons and when parametric assumptions do not help": stop comparing an item once its confidence
-  interval decides its place; Mohankumar & Khapra 2022, "Active Evaluation": spend judgements only on the
-  comparisons that can still change the ranking): the bootstrap of the Perron scores gives, for each pair,
-  the probability that its order flips; a pair stops once that probability is small after a minimum number
-  of images, once labelling the rest of its images could not make it small (futility), or when it has no
-  open image; the competition is settled once every pair has stopped.
+- Dynamic panels (Toloka's dynamic overlap; the one-coin model of Dawid & Skene 1979 per annotator): a
+  question is decided by its first ≥ 2 votes when they agree, every voter is vetted on their own
+  (app/core/reliability.py) and the posterior of their answer, with the base rate of "yes", reaches a
+  confidence; anything else goes on to the paper's strict majority of the full panel.
+- The target is full MAD, the ranking from every selected image labelled: each pair's open images are
+  forecast from its labels so far, partially pooled through the classifiers' Bradley–Terry strengths
+  (`forecast_full_mad`), and the forecast's variance is carried through the Perron scores to the chance that
+  full MAD orders two neighbours of the ranking otherwise (`neighbour_flips`). One more image of a pair is
+  worth what it takes off those chances (the knowledge-gradient idea: Frazier, Powell & Dayanik 2008; spend
+  judgements only on comparisons that can still change the ranking: Heckel, Shah, Ramchandran &
+  Wainwright 2018, Mohankumar & Khapra 2022), and labelling stops once full MAD is expected to reverse few
+  neighbours and none is a near coin flip: a near-tie is labelled out, not stopped.
 """
 
 from __future__ import annotations
@@ -22,15 +22,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import ndtr, ndtri
+from scipy.special import ndtr
 
 from app.core.ranking import (
+    PERRON_MAX_ITERATIONS,
     SCORE_DECIMALS,
     PairCounts,
-    bootstrap_scores,
+    bradley_terry,
     dominance_matrix,
     pairwise_accuracy,
     perron_rank,
+    perron_vectors,
 )
 
 DEFAULT_REFRESH_EVERY = 20
@@ -40,61 +42,50 @@ REFRESH_PARTS = 100
 LOWEST_LEVEL = -16
 """An item's priority is a power of √2, 2^-16 at least (or 0, parked): priority_levels. One image's worth
 is at least 1/R/(k+1) per open pair (2^-12.6 for R = 200, k = 30)."""
-DEFAULT_UNIFORM_FLOOR = 0.1
+DEFAULT_UNIFORM_FLOOR = 0.05
 """Share of next-item picks that ignore the priorities (uniform order), so that no open pair starves."""
+DEFAULT_GOLD_RATE = 0.02
+"""Share of the images handed out that are gold under active sampling, where the competition has gold: what
+vets annotators on their own (app/core/reliability.py)."""
 DEFAULT_EARLY_CONFIDENCE = 0.99
 """Posterior an answer needs to be decided before a full majority."""
-DEFAULT_MIN_IMAGES = 15
-"""Labelled images a pair needs before its bootstrap may stop it (a floor against early luck): the
-leaderboard's STABLE_K (paper Fig. 5: rankings settle once k > 15), so a stopped pair is never provisional
-for want of images."""
-DEFAULT_FLIP_LEVEL = 0.05
-"""A pair stops once its order flips in at most this share of bootstrap fits (decided one-sided at 95%)."""
-DEFAULT_FUTILITY_LEVEL = 0.2
-"""A pair stops once, labelled to the end, it would still flip in more than this share of fits (futility)."""
-RELIABILITY_PRIOR = (3.4, 1.6)
-"""Beta(a0, b0) prior on the agreement q of a question's first two votes: mean 0.68 = 0.8² + 0.2², an
-accuracy of 0.8, worth 5 pairs, so that 2 agreeing votes decide nothing until the pairs have shown the
-annotators to be better than that."""
+DEFAULT_EXPECTED_SWAPS = 0.5
+"""The ranking is settled once full MAD is expected to reverse at most this many pairs of neighbours."""
+DEFAULT_MAX_FLIP = 0.25
+"""... and no pair of neighbours has a larger chance than this of being reversed."""
+POOLING_STRENGTH = 4.0
+"""κ: images' worth of the pooled prior on a pair's outcome shares (pooled_outcome_prior)."""
+MIN_PRIORITY = 1e-12
+"""An open pair of an unsettled ranking is never parked: its priority is at least this."""
 
 
 def decided_early(
     yes_votes: int,
     no_votes: int,
     panel_size: int,
-    reliability: float,
+    vetted_evidence: float,
+    base_rate: float,
     confidence: float = DEFAULT_EARLY_CONFIDENCE,
 ) -> bool | None:
-    """The answer once a ≥ 2 unanimous votes give it posterior r^a / (r^a + (1 − r)^a) ≥ `confidence`.
+    """The answer once a ≥ 2 unanimous votes of vetted annotators give it posterior ≥ `confidence`.
 
-    One-coin model (Dawid & Skene 1979 with one accuracy r for every annotator and both answers, prior ½):
-    after a agreeing votes and none against, P(answer) = r^a / (r^a + (1 − r)^a). None on any disagreement,
-    with fewer than 2 votes, with r ≤ ½, or below the confidence: the strict majority of `panel_size`
-    then decides, as in the paper. A unanimous strict majority of the panel is always decided.
+    Per-annotator one-coin model (app/core/reliability.py) with the base rate π of "yes": after agreeing
+    votes of accuracies r_1 … r_a, the odds of "yes" are π/(1 − π)·Π r/(1 − r) = π/(1 − π)·e^E, with
+    E = Σ log(r/(1 − r)) the `vetted_evidence` (NaN when any voter is not vetted); of "no" (1 − π)/π·e^E.
+    None on any disagreement, with fewer than 2 votes, without vetted evidence, or below the confidence:
+    the strict majority of `panel_size` then decides, as in the paper. A unanimous strict majority of the
+    panel is always decided.
     """
     votes = yes_votes + no_votes
-    if min(yes_votes, no_votes) > 0 or votes < 2 or not 0.5 < reliability <= 1.0:
+    if min(yes_votes, no_votes) > 0 or votes < 2:
         return None
     if 2 * votes > panel_size:
         return yes_votes > 0
-    odds = (reliability / (1.0 - reliability)) ** votes if reliability < 1.0 else np.inf
-    return yes_votes > 0 if odds / (1.0 + odds) >= confidence else None
-
-
-def reliability_from_pairs(agreeing_pairs: int, disagreeing_pairs: int) -> float:
-    """a = ½ + ½·√max(0, 2q − 1), q = (a0 + agreeing) / (a0 + b0 + agreeing + disagreeing) the Beta(a0, b0) =
-    RELIABILITY_PRIOR posterior mean of the agreement of two votes; under the one-coin model (Dawid & Skene
-    1979) two independent votes agree with probability q = a² + (1 − a)² (inter-annotator agreement).
-
-    Counted over each question's first two votes, which no stopping rule chooses (the rule only stops after
-    them), decided or still open: votes against the decided outcomes would agree by construction
-    with a question that 2 agreeing votes decided, so that estimate drifts up once early decisions start.
-    """
-    if agreeing_pairs < 0 or disagreeing_pairs < 0:
-        raise ValueError("pair counts cannot be negative")
-    a0, b0 = RELIABILITY_PRIOR
-    agree, disagree = a0 + agreeing_pairs, b0 + disagreeing_pairs
-    return 0.5 + 0.5 * float(np.sqrt(max(0.0, (agree - disagree) / (agree + disagree))))
+    if not np.isfinite(vetted_evidence) or not 0.0 < base_rate < 1.0:
+        return None
+    prior = base_rate / (1 - base_rate) if yes_votes else (1 - base_rate) / base_rate
+    log_odds = np.log(prior) + vetted_evidence
+    return yes_votes > 0 if log_odds >= np.log(confidence / (1 - confidence)) else None
 
 
 @dataclass(frozen=True)
@@ -109,37 +100,121 @@ class PolicyDecision:
     """The whole ranking is settled: every pair has stopped."""
     informative_pairs: tuple[tuple[int, int], ...]
     """i < j pairs still worth asking, best first."""
+    neighbour_flips: np.ndarray
+    """Per pair of neighbours in the ranking (best first), the chance that full MAD orders them otherwise."""
+    expected_swaps: float
+    """Σ of neighbour_flips: the neighbours full MAD is expected to order otherwise."""
 
 
-def flip_probability(point: np.ndarray, samples: np.ndarray) -> np.ndarray:
-    """f_ij = share of bootstrap fits whose order of (i, j) differs from the point fit's, ties counting ½;
-    ½ for a pair the point fit ties (scores compared at SCORE_DECIMALS, as ranks are)."""
-    point = np.round(point, SCORE_DECIMALS)
-    samples = np.round(samples, SCORE_DECIMALS)
-    point_sign = np.sign(point[:, None] - point[None, :])
-    sample_sign = np.sign(samples[:, :, None] - samples[:, None, :])
-    agree = (sample_sign == point_sign).mean(axis=0)
-    tied = (sample_sign == 0).mean(axis=0)
-    flips = np.where(point_sign == 0, 0.5, 1.0 - agree - tied / 2)
-    np.fill_diagonal(flips, 0.0)
-    return flips
+def pooled_outcome_prior(counts: PairCounts) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Prior shares (both right, only f_i, only f_j, neither) for every pair (i, j): Case I and Case III at
+    their shares over all labelled images (+1 smoothed), Case II split as Bradley–Terry strengths fitted to
+    every pair's wins predict, e^θi / (e^θi + e^θj) (ranking.bradley_terry). The classifiers' strengths are
+    shared by all their pairs, so a pair with few labels borrows from the others (partial pooling)."""
+    upper = np.triu_indices(counts.m, k=1)
+    labelled = counts.n[upper].sum()
+    both = counts.correct - counts.wins
+    neither = counts.n - both - counts.wins - counts.wins.T
+    share_both = (both[upper].sum() + 1) / (labelled + 4)
+    share_neither = (neither[upper].sum() + 1) / (labelled + 4)
+    theta = bradley_terry(counts)
+    beats = 1 / (1 + np.exp(theta[None, :] - theta[:, None]))
+    case_ii = 1 - share_both - share_neither
+    return (
+        np.full_like(beats, share_both),
+        case_ii * beats,
+        case_ii * beats.T,
+        np.full_like(beats, share_neither),
+    )
 
 
-def adjacent_flip(point: np.ndarray, flips: np.ndarray) -> np.ndarray:
-    """Per classifier, the larger flip probability with its neighbours in the point ranking (0 for m = 1)."""
-    order = np.argsort(-point, kind="stable")
-    neighbour = np.zeros(len(point))
-    steps = flips[order[:-1], order[1:]]
-    neighbour[order[:-1]] = steps
-    neighbour[order[1:]] = np.maximum(neighbour[order[1:]], steps)
-    return neighbour
+@dataclass(frozen=True)
+class FullMadForecast:
+    """What full MAD (every selected image labelled) will say of each pair, given the labels so far: the
+    expected final accuracies, and the predictive variance and covariance of a_ij and a_ji."""
+
+    accuracy: np.ndarray
+    variance: np.ndarray
+    covariance: np.ndarray
+    prior_images: np.ndarray
+    """n_ij + κ: the images' worth of what is known of the pair's outcome shares."""
 
 
-def projected_flip(flips: np.ndarray, labelled: np.ndarray, still_open: np.ndarray) -> np.ndarray:
-    """Φ(−z·√((n + o) / n)) with z = −Φ⁻¹(f): the flip probability once the o open images are labelled, if
-    the separation z keeps its size and its standard error shrinks as 1/√n (a futility bound)."""
-    z = -ndtri(np.clip(flips, 1e-9, 0.5))
-    return ndtr(-z * np.sqrt((labelled + np.maximum(still_open, 0)) / np.maximum(labelled, 1)))
+def forecast_full_mad(
+    counts: PairCounts, open_images: np.ndarray, alpha: float, strength: float = POOLING_STRENGTH
+) -> FullMadForecast:
+    """Each pair's o open images drawn from its outcome shares p ~ Dirichlet(c + κ·p₀) (c its labelled
+    outcome counts, p₀ the `pooled_outcome_prior`, κ = `strength`): the final count of f_i right is c_i + X,
+    E X = o·p_i, Var X = o·p_i(1 − p_i)·(N + o)/(N + 1), Cov(X_i, X_j) = o·(p_both − p_i·p_j)·(N + o)/(N + 1)
+    with N = n + κ (Dirichlet-multinomial), and a = (correct + α) / (n + o + 2α) as the ranking smooths it."""
+    still_open = np.maximum(np.asarray(open_images, dtype=float), 0.0)
+    np.fill_diagonal(still_open, 0.0)
+    prior_both, prior_i, prior_j, _ = pooled_outcome_prior(counts)
+    prior_images = counts.n + strength
+    both = (counts.correct - counts.wins + strength * prior_both) / prior_images
+    right_i = both + (counts.wins + strength * prior_i) / prior_images
+    right_j = both + (counts.wins.T + strength * prior_j) / prior_images
+    final_n = counts.n + still_open
+    spread = still_open * (prior_images + still_open) / (prior_images + 1) / (final_n + 2 * alpha) ** 2
+    accuracy = (counts.correct + still_open * right_i + alpha) / (final_n + 2 * alpha)
+    np.fill_diagonal(accuracy, 0.5)
+    return FullMadForecast(
+        accuracy=accuracy,
+        variance=spread * right_i * (1 - right_i),
+        covariance=spread * (both - right_i * right_j),
+        prior_images=prior_images,
+    )
+
+
+def score_gradient(accuracy: np.ndarray, step: float = 1e-6) -> np.ndarray:
+    """m×m×m: ∂r/∂a_ij of the Perron scores r of B(A) (Eq. 5), by forward differences in each a_ij."""
+    m = len(accuracy)
+    rows, columns = np.nonzero(~np.eye(m, dtype=bool))
+    nudged = np.repeat(accuracy[None], len(rows), axis=0)
+    nudged[np.arange(len(rows)), rows, columns] += step
+    base = perron_rank(dominance_matrix(accuracy), tol=1e-14).scores
+    scores, _, _ = perron_vectors(dominance_matrix(nudged), 1e-14, PERRON_MAX_ITERATIONS)
+    gradient = np.zeros((m, m, m))
+    gradient[rows, columns] = (scores - base[None, :]) / step
+    return gradient
+
+
+@dataclass(frozen=True)
+class GapRisk:
+    """For each pair of neighbours (u, v) in the reported ranking: the chance that full MAD orders them the
+    other way, and each classifier pair's share of the variance of their final score gap."""
+
+    upper: np.ndarray
+    lower: np.ndarray
+    flip: np.ndarray
+    variance_by_pair: np.ndarray
+    """(m−1)×m×m: pair (i < j)'s part of Var(r_u − r_v), upper triangle."""
+    gap: np.ndarray
+
+
+def neighbour_flips(reported: np.ndarray, forecast: FullMadForecast) -> GapRisk:
+    """F_uv = Φ(−E[g] / sd(g)) for the final gap g = r_u − r_v of each pair of neighbours u above v in the
+    reported ranking, linearised: Var g = Σ_(i<j) ∇ᵀ Σ_ij ∇ over each pair's (a_ij, a_ji) with their
+    forecast covariance Σ_ij and ∇ the gradient of g (`score_gradient`). If every pair of neighbours keeps
+    its order the whole ranking does, so Σ F_uv bounds the chance that full MAD's ranking differs and is the
+    expected number of neighbours it reverses."""
+    order = np.argsort(-np.round(reported, SCORE_DECIMALS), kind="stable")
+    upper, lower = order[:-1], order[1:]
+    gradient = score_gradient(forecast.accuracy)
+    expected = perron_rank(dominance_matrix(forecast.accuracy)).scores
+    along = gradient[:, :, upper] - gradient[:, :, lower]
+    along = np.moveaxis(along, 2, 0)
+    parts = (
+        along**2 * forecast.variance
+        + np.swapaxes(along, 1, 2) ** 2 * forecast.variance.T
+        + 2 * along * np.swapaxes(along, 1, 2) * forecast.covariance
+    )
+    parts = np.triu(parts, k=1)
+    deviation = np.sqrt(parts.sum(axis=(1, 2)))
+    gap = np.round(expected[upper] - expected[lower], SCORE_DECIMALS)
+    known = deviation < 10.0**-SCORE_DECIMALS
+    flip = np.where(known, (gap < 0) * 1.0, ndtr(-gap / np.where(known, 1.0, deviation)))
+    return GapRisk(upper, lower, flip, parts, gap)
 
 
 def active_policy(
@@ -147,44 +222,48 @@ def active_policy(
     open_images: np.ndarray,
     *,
     alpha: float = 1.0,
-    n_resamples: int = 200,
-    seed: int = 0,
-    min_images: int = DEFAULT_MIN_IMAGES,
-    flip_level: float = DEFAULT_FLIP_LEVEL,
-    futility_level: float = DEFAULT_FUTILITY_LEVEL,
+    expected_swaps: float = DEFAULT_EXPECTED_SWAPS,
+    max_flip: float = DEFAULT_MAX_FLIP,
 ) -> PolicyDecision:
-    """Stop pair (i, j) when no image of it is open; once n_ij ≥ `min_images` and f_ij ≤ `flip_level` (its
-    order is decided, Heckel et al. 2018); or for futility, once n_ij ≥ max(`min_images`, open_ij) (half
-    its images labelled, the usual interim look of group-sequential designs) and `projected_flip` >
-    `futility_level`. Else priority_ij = max(f_ij, f_i, f_j, 1/R) / (n_ij + 1), f_i the adjacent flip of i.
+    """Settled once full MAD is expected to reverse at most `expected_swaps` neighbours of the ranking
+    (Σ F_uv, `neighbour_flips`) and none with a chance above `max_flip` (a near-tie is labelled out rather
+    than stopped on a coin flip); a pair stops when it has no open image or the ranking is settled.
 
-    f from `flip_probability` over R bootstrap fits of the Perron scores (ranking.bootstrap_scores): the
-    chance that the pair's order or an adjacent rank flips (issue 24, item 1), scaled by the share 1/(n + 1)
-    by which one more image shrinks the variance of the pair's accuracies. The 1/R floor keeps every open,
-    unstopped pair above 0 so that the queue never parks a pair the stop rule still waits for. The ranking
-    is settled when every pair has stopped.
+    An open pair's priority is what one more of its images is worth: the drop it brings to Σ F_uv,
+    Σ_uv φ(z)·z / (2 Var g) · ΔVar_ij, with ΔVar_ij = its part of Var g × (o + N + 1) / (o (N + 2)) (one
+    image fewer to draw and one more labelled: the Dirichlet-multinomial variance at o − 1, n + 1). These are
+    posterior predictive quantities of the forecast, so looking at them after every refresh does not inflate
+    them the way a test repeated at every look does (docs/architecture.md, Active sampling).
     """
     open_images = np.asarray(open_images)
     if open_images.shape != counts.n.shape:
         raise ValueError(f"open_images must be {counts.n.shape}, got {open_images.shape}")
-    point = perron_rank(dominance_matrix(pairwise_accuracy(counts, alpha))).scores
-    flips = flip_probability(point, bootstrap_scores(counts, alpha, n_resamples, seed))
-    enough = counts.n >= min_images
-    decided = enough & (flips <= flip_level)
-    futile = (counts.n >= np.maximum(min_images, open_images)) & (
-        projected_flip(flips, counts.n, open_images) > futility_level
-    )
-    pair_settled = (open_images <= 0) | decided | futile
+    reported = perron_rank(dominance_matrix(pairwise_accuracy(counts, alpha))).scores
+    forecast = forecast_full_mad(counts, open_images, alpha)
+    risk = neighbour_flips(reported, forecast)
+    settled = bool(risk.flip.sum() <= expected_swaps and risk.flip.max(initial=0.0) <= max_flip)
+    still_open = np.maximum(open_images, 0)
+    pair_settled = (still_open <= 0) | settled
     np.fill_diagonal(pair_settled, True)
-    adjacent = adjacent_flip(point, flips)
-    value = np.maximum(np.maximum(flips, 1.0 / n_resamples), np.maximum.outer(adjacent, adjacent))
-    priority = np.where(pair_settled, 0.0, value / (counts.n + 1))
+    variance = risk.variance_by_pair.sum(axis=(1, 2))
+    uncertain = variance > 0
+    safe = np.where(uncertain, variance, 1.0)
+    z = risk.gap / np.sqrt(safe)
+    sensitivity = np.where(uncertain, np.exp(-(z**2) / 2) / np.sqrt(2 * np.pi) * np.abs(z) / (2 * safe), 0.0)
+    per_image = np.where(
+        still_open > 0,
+        (still_open + forecast.prior_images + 1) / (np.maximum(still_open, 1) * (forecast.prior_images + 2)),
+        0.0,
+    )
+    value = np.einsum("g,gij->ij", sensitivity, risk.variance_by_pair) * per_image
+    value = value + value.T
+    priority = np.where(pair_settled, 0.0, np.maximum(value, MIN_PRIORITY))
     upper = np.triu_indices(counts.m, k=1)
     ranked = np.argsort(-priority[upper], kind="stable")
     informative = tuple(
         (int(upper[0][index]), int(upper[1][index])) for index in ranked if priority[upper][index] > 0
     )
-    return PolicyDecision(priority, pair_settled, bool(pair_settled.all()), informative)
+    return PolicyDecision(priority, pair_settled, settled, informative, risk.flip, float(risk.flip.sum()))
 
 
 def image_priorities(

@@ -112,12 +112,12 @@ def perron_rank(
 ) -> PerronRank:
     """r = lim_t (1/t) Σ_{α=1}^t B^α 1 / 1ᵀB^α 1 = Perron vector of B, by power iteration (Eq. 5)."""
     dominance = np.asarray(dominance, dtype=np.float64)
-    vectors, eigenvalues, iterations = _perron_vectors(dominance[None], tol, max_iter)
+    vectors, eigenvalues, iterations = perron_vectors(dominance[None], tol, max_iter)
     lambda_max = float(eigenvalues[0])
     return PerronRank(vectors[0], lambda_max, consistency_index(lambda_max, len(dominance)), iterations)
 
 
-def _perron_vectors(dominance: np.ndarray, tol: float, max_iter: int) -> tuple[np.ndarray, np.ndarray, int]:
+def perron_vectors(dominance: np.ndarray, tol: float, max_iter: int) -> tuple[np.ndarray, np.ndarray, int]:
     """Power iteration r ← Br / 1ᵀBr on a batch of positive R×m×m matrices; λ = 1ᵀBr at the fixed point."""
     if dominance.ndim != 3 or dominance.shape[1] != dominance.shape[2]:
         raise ValueError(f"dominance must be square, got {dominance.shape[1:]}")
@@ -311,5 +311,5 @@ def bootstrap_scores(counts: PairCounts, alpha: float, n_resamples: int, seed: i
         correct[:, i, j] = draws[:, 0] + draws[:, 1]
         correct[:, j, i] = draws[:, 0] + draws[:, 2]
     dominance = dominance_matrix(_smoothed_accuracy(correct, counts.n, alpha))
-    scores, _, _ = _perron_vectors(dominance, PERRON_TOLERANCE, PERRON_MAX_ITERATIONS)
+    scores, _, _ = perron_vectors(dominance, PERRON_TOLERANCE, PERRON_MAX_ITERATIONS)
     return scores

@@ -8,8 +8,7 @@ on hard images as real classifiers' are). A right classifier names one of the pr
 names a class c drawn with P(c | y) ∝ exp(−d(y, c) / confusion_scale), so mistakes stay near the true
 class y in the hierarchy. Confidence is Beta(6, 1) when right and Beta(2, 2) when wrong.
 
-Every question (image, class) of the selected images is put to a panel of annotators, each vote flipping
-the true answer with probability `noise` (or, from a `careless` share of annotators, a fair coin). How the
+Every question (image, class) of the selected images is put to a panel of annotators. How the
 votes are asked is the labelling policy (app/core/simulate_labelling.py): `uniform`, the paper's strict
 majority of the full panel on every question; or `active`, Active MAD through the functions the service's
 queue calls. Each competition reports its SRCC with the true ranking, the votes cast, and whether each
@@ -18,15 +17,16 @@ classifier's true rank lies in its 95% bootstrap rank interval (ranking.bootstra
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 import numpy as np
 from scipy.special import ndtri
 
-from app.core.active import DEFAULT_REFRESH_EVERY, DEFAULT_UNIFORM_FLOOR
+from app.core.active import DEFAULT_GOLD_RATE, DEFAULT_REFRESH_EVERY, DEFAULT_UNIFORM_FLOOR
 from app.core.analysis import CaseShares, case_shares, srcc
 from app.core.ranking import (
     DEFAULT_ALPHA,
+    PairCounts,
     bootstrap_perron,
     dominance_matrix,
     pairwise_accuracy,
@@ -34,13 +34,14 @@ from app.core.ranking import (
     ranks_from_scores,
 )
 from app.core.selection import PairSelection, select_all_pairs
+from app.core.simulate_crowd import CrowdConfig, simulate_crowd
 from app.core.simulate_labelling import (
+    UNDECIDED,
     ActiveSettings,
     LabellingDesign,
     counts_of,
     label_active,
     label_uniform,
-    vote_streams,
 )
 from app.core.taxonomy import Taxonomy
 from app.core.taxonomy_sources import imagenet_1k
@@ -58,7 +59,6 @@ class SimulationConfig:
 
     classifiers: int = 11
     k: int = 30
-    noise: float = 0.05
     seeds: int = 5
     images: int = 20_000
     panel_size: int = 5
@@ -68,24 +68,33 @@ class SimulationConfig:
     confusion_scale: float = 0.2
     difficulty_noise: float = 0.3
     policy: str = "uniform"
-    careless: float = 0.0
+    crowd: CrowdConfig = CrowdConfig()
+    order_bias: bool = False
     interval_resamples: int = 1000
     refresh_every: int = DEFAULT_REFRESH_EVERY
     uniform_floor: float = DEFAULT_UNIFORM_FLOOR
+    gold_rate: float = DEFAULT_GOLD_RATE
 
 
 @dataclass(frozen=True)
 class SeedResult:
-    """One simulated competition: the recovered MAD ranks, their SRCC with the true ranks, the votes cast,
-    and the 95% bootstrap rank intervals."""
+    """One simulated competition: the recovered MAD ranks and their 95% rank intervals, full MAD's ranks
+    and the pairs of classifiers its own intervals separate, the votes cast and the decided questions."""
 
     seed: int
     recovered_ranks: tuple[int, ...]
     srcc: float
+    srcc_full_mad: float
+    full_mad_ranks: tuple[int, ...]
+    confident_swaps: int
+    """Pairs of classifiers that full MAD's 95% rank intervals separate and the policy orders the other way."""
     cases: CaseShares
     votes: int
     rank_low: tuple[int, ...]
     rank_high: tuple[int, ...]
+    decided: int
+    wrong: int
+    """Decided questions whose answer is not the truth."""
 
 
 @dataclass(frozen=True)
@@ -98,23 +107,67 @@ class SimulationStudy:
     true_ranks: tuple[int, ...]
     results: tuple[SeedResult, ...]
 
+    def _per_seed(self, name: str) -> np.ndarray:
+        """One field of every seed's result."""
+        return np.array([getattr(result, name) for result in self.results], dtype=np.float64)
+
     @property
     def srcc_median(self) -> float:
         """Median over seeds of SRCC(true ranks, recovered ranks)."""
-        return float(np.median([result.srcc for result in self.results]))
+        return float(np.median(self._per_seed("srcc")))
 
     @property
     def votes_mean(self) -> float:
         """Mean over seeds of the votes cast in one competition."""
-        return float(np.mean([result.votes for result in self.results]))
+        return float(self._per_seed("votes").mean())
+
+    def _intervals(self) -> tuple[np.ndarray, np.ndarray]:
+        """seeds×m lowest and highest rank of each 95% rank interval."""
+        return self._per_seed("rank_low"), self._per_seed("rank_high")
 
     @property
     def coverage(self) -> float:
-        """Share of (seed, classifier) whose true rank lies in its 95% bootstrap rank interval."""
+        """Share of (seed, classifier) whose true rank lies in its 95% rank interval."""
+        low, high = self._intervals()
         true = np.array(self.true_ranks)
-        low = np.array([result.rank_low for result in self.results])
-        high = np.array([result.rank_high for result in self.results])
         return float(np.mean((low <= true) & (true <= high)))
+
+    @property
+    def coverage_full_mad(self) -> float:
+        """Share of (seed, classifier) whose full-MAD rank lies in its 95% rank interval."""
+        low, high = self._intervals()
+        full = self._per_seed("full_mad_ranks")
+        return float(np.mean((low <= full) & (full <= high)))
+
+    @property
+    def interval_width(self) -> float:
+        """Mean number of ranks in a 95% rank interval (rank_high − rank_low + 1)."""
+        low, high = self._intervals()
+        return float(np.mean(high - low + 1))
+
+    @property
+    def confident_swap_seeds(self) -> float:
+        """Share of seeds with a pair that full MAD's intervals separate and the policy orders the other way."""
+        return float(np.mean(self._per_seed("confident_swaps") > 0))
+
+    @property
+    def wrong_decisions(self) -> float:
+        """Share of decided questions, over all seeds, whose answer is not the truth."""
+        return float(self._per_seed("wrong").sum() / max(1.0, self._per_seed("decided").sum()))
+
+    def summary(self) -> dict:
+        """The study's figures (issue 33): votes, SRCC against truth and full MAD, intervals, decisions."""
+        return {
+            "votes": self.votes_mean,
+            "srcc_vs_full_mad": float(self._per_seed("srcc_full_mad").mean()),
+            "srcc_vs_truth": float(self._per_seed("srcc").mean()),
+            "srcc_median_vs_truth": self.srcc_median,
+            "interval_width": self.interval_width,
+            "coverage_full_mad": self.coverage_full_mad,
+            "coverage_truth": self.coverage,
+            "confident_swap_seeds": self.confident_swap_seeds,
+            "wrong_decisions": self.wrong_decisions,
+        }
 
     def to_dict(self) -> dict:
         """A JSON-ready summary."""
@@ -127,17 +180,20 @@ class SimulationStudy:
                 {
                     "seed": result.seed,
                     "recovered_ranks": list(result.recovered_ranks),
+                    "full_mad_ranks": list(result.full_mad_ranks),
                     "srcc": result.srcc,
+                    "srcc_full_mad": result.srcc_full_mad,
+                    "confident_swaps": result.confident_swaps,
                     "cases": asdict(result.cases),
                     "votes": result.votes,
                     "rank_low": list(result.rank_low),
                     "rank_high": list(result.rank_high),
+                    "decided": result.decided,
+                    "wrong": result.wrong,
                 }
                 for result in self.results
             ],
-            "srcc": [result.srcc for result in self.results],
-            "srcc_median": self.srcc_median,
-            "votes_mean": self.votes_mean,
+            **self.summary(),
             "coverage": self.coverage,
         }
 
@@ -188,7 +244,10 @@ def simulate_corpus(
     difficulty = rng.standard_normal(n)
     spread = np.sqrt(1 + config.difficulty_noise**2)
     slip = config.difficulty_noise * rng.standard_normal((len(accuracies), n))
-    right = difficulty + slip < ndtri(accuracies)[:, None] * spread
+    threshold = ndtri(accuracies)[:, None] * spread
+    if config.order_bias:
+        threshold = threshold + order_bias_shift(distance, first, len(accuracies))
+    right = difficulty + slip < threshold
     named_object = np.where((second >= 0) & (rng.random((len(accuracies), n)) < 0.5), second, first)
     cdf = confusion_cdf(distance, config.confusion_scale)
     wrong = sample_confusions(np.broadcast_to(first, right.shape).ravel(), cdf, rng).reshape(right.shape)
@@ -196,6 +255,20 @@ def simulate_corpus(
     confidence_if_right = rng.beta(*RIGHT_CONFIDENCE, right.shape)
     probs = np.where(right, confidence_if_right, rng.beta(*WRONG_CONFIDENCE, right.shape))
     return SimulatedCorpus(first, second, labels.astype(np.int32), probs)
+
+
+ORDER_BIAS_SHIFT = 1.0
+"""Probit shift of each classifier's accuracy on either half of the classes under `order_bias`."""
+
+
+def order_bias_shift(distance: np.ndarray, true_class: np.ndarray, classifiers: int) -> np.ndarray:
+    """classifiers×images probit shifts: +ORDER_BIAS_SHIFT for even-numbered classifiers on classes whose
+    nearest other class is far (their mistakes sort to the top of a pair's list) and −ORDER_BIAS_SHIFT on
+    the others, the reverse for odd-numbered ones."""
+    nearest = np.where(np.eye(len(distance), dtype=bool), np.inf, distance).min(axis=1)
+    far = (nearest > np.median(nearest))[true_class]
+    parity = np.where(np.arange(classifiers) % 2 == 0, 1.0, -1.0)[:, None]
+    return ORDER_BIAS_SHIFT * parity * np.where(far, 1.0, -1.0)[None, :]
 
 
 def labelling_design(
@@ -219,12 +292,13 @@ def labelling_design(
         questions_j=tuple(block[len(block) // 2 :] for block in blocks),
         images=tuple(selections[pair].selected for pair in pairs),
         truth=truth,
+        image_of_question=image,
     )
 
 
 def run_seed(taxonomy: Taxonomy, accuracies: np.ndarray, config: SimulationConfig, seed: int) -> SeedResult:
     """One competition: corpus, Algorithm 1 on every pair, labelling under the policy, Perron rank and its
-    bootstrap intervals."""
+    bootstrap intervals, against the truth and against full MAD (every selected image labelled right)."""
     corpus_rng, panel_rng, queue_rng = np.random.default_rng(seed).spawn(3)
     distance = taxonomy.distance_matrix()
     corpus = simulate_corpus(accuracies, distance, config, corpus_rng)
@@ -238,25 +312,46 @@ def run_seed(taxonomy: Taxonomy, accuracies: np.ndarray, config: SimulationConfi
         reserve_size=0,
     )
     design = labelling_design(selections, corpus, len(accuracies), len(distance))
-    streams = vote_streams(design.truth, config.noise, config.careless, config.panel_size, panel_rng)
+    crowd = simulate_crowd(design.truth, design.image_of_question, config.panel_size, config.crowd, panel_rng)
     if config.policy == "active":
-        settings = ActiveSettings(config.refresh_every, config.uniform_floor, DEFAULT_ALPHA)
-        labelling = label_active(design, streams, settings, queue_rng)
+        settings = ActiveSettings(config.refresh_every, config.uniform_floor, DEFAULT_ALPHA, config.gold_rate)
+        labelling = label_active(design, crowd, settings, queue_rng)
     else:
-        labelling = label_uniform(streams)
+        labelling = label_uniform(crowd)
     counts = counts_of(design, labelling.answers)
-    scores = perron_rank(dominance_matrix(pairwise_accuracy(counts))).scores
-    recovered = ranks_from_scores(scores, counts.without_evidence)
+    recovered = mad_ranks(counts)
     intervals = bootstrap_perron(counts, n_resamples=config.interval_resamples, seed=seed)
+    full_counts = counts_of(design, design.truth.astype(np.int8))
+    full = mad_ranks(full_counts)
+    full_intervals = bootstrap_perron(full_counts, n_resamples=config.interval_resamples, seed=seed)
+    decided = labelling.answers != UNDECIDED
     return SeedResult(
-        seed,
-        tuple(recovered.tolist()),
-        srcc(ranks_from_scores(accuracies), recovered),
-        case_shares(counts),
-        labelling.votes,
-        tuple(intervals.rank_low.tolist()),
-        tuple(intervals.rank_high.tolist()),
+        seed=seed,
+        recovered_ranks=tuple(recovered.tolist()),
+        srcc=srcc(ranks_from_scores(accuracies), recovered),
+        srcc_full_mad=srcc(full, recovered),
+        full_mad_ranks=tuple(full.tolist()),
+        confident_swaps=confident_swaps(full_intervals.rank_low, full_intervals.rank_high, recovered),
+        cases=case_shares(counts),
+        votes=labelling.votes,
+        rank_low=tuple(intervals.rank_low.tolist()),
+        rank_high=tuple(intervals.rank_high.tolist()),
+        decided=int(decided.sum()),
+        wrong=int((labelling.answers[decided] != design.truth[decided]).sum()),
     )
+
+
+def mad_ranks(counts: PairCounts) -> np.ndarray:
+    """The MAD ranks (Perron scores, Eq. 5) of these counts, classifiers without evidence last."""
+    scores = perron_rank(dominance_matrix(pairwise_accuracy(counts))).scores
+    return ranks_from_scores(scores, counts.without_evidence)
+
+
+def confident_swaps(full_low: np.ndarray, full_high: np.ndarray, ranks: np.ndarray) -> int:
+    """Pairs (a, b) that full MAD's rank intervals separate (full_high_a < full_low_b: a surely above b)
+    while `ranks` put b above a."""
+    separated = full_high[:, None] < full_low[None, :]
+    return int((separated & (ranks[:, None] > ranks[None, :])).sum())
 
 
 def run_study(config: SimulationConfig, taxonomy: Taxonomy | None = None) -> SimulationStudy:
@@ -277,24 +372,3 @@ def run_study(config: SimulationConfig, taxonomy: Taxonomy | None = None) -> Sim
         true_ranks=tuple(ranks_from_scores(accuracies).tolist()),
         results=results,
     )
-
-
-def compare_policies(config: SimulationConfig, taxonomy: Taxonomy | None = None) -> dict:
-    """Both policies on the same seeds (same corpora, selections and vote streams): votes, SRCC, coverage."""
-    taxonomy = imagenet_1k() if taxonomy is None else taxonomy
-    active = run_study(replace(config, policy="active"), taxonomy)
-    uniform = run_study(replace(config, policy="uniform"), taxonomy)
-    return {
-        "config": {key: value for key, value in asdict(config).items() if key != "policy"},
-        "votes_active": active.votes_mean,
-        "votes_uniform": uniform.votes_mean,
-        "votes_ratio": active.votes_mean / uniform.votes_mean,
-        "srcc_median_active": active.srcc_median,
-        "srcc_median_uniform": uniform.srcc_median,
-        "coverage_active": active.coverage,
-        "coverage_uniform": uniform.coverage,
-        "srcc_active": [result.srcc for result in active.results],
-        "srcc_uniform": [result.srcc for result in uniform.results],
-        "votes_per_seed_active": [result.votes for result in active.results],
-        "votes_per_seed_uniform": [result.votes for result in uniform.results],
-    }

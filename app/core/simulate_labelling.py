@@ -1,20 +1,20 @@
 """Simulated labelling of a competition's selected images, under the paper's protocol or Active MAD.
 
 A question is (image, class named by a classifier of one of the image's pairs), asked once whatever the
-number of pairs that share it. Each question has a stream of `panel_size` votes drawn in advance: a vote
-comes from a careless annotator with probability `careless` (a fair coin), else it is the truth flipped with
-probability `noise`. Both policies read the same streams (common random numbers), so the comparison
-measures the policies, not the draws.
+number of pairs that share it. Its votes come in the order the simulated crowd drew them
+(app/core/simulate_crowd.py): who votes, and what. Both policies read the same draws (common random
+numbers), so the comparison measures the policies, not the draws.
 
 - `uniform` (the paper): every question of every selected image is asked until a strict majority of the
   panel agrees; the votes counted are those cast up to that point.
 - `active` (app/core/active.py, as the service's queue runs it): an image is one queue item; a question is
-  decided by `decided_early` with the current annotator reliability or else by the strict majority; every
-  `refresh_interval` decided questions the reliability (`reliability_from_pairs` over the first two votes of
-  each decided question) and `active_policy` are recomputed, an image's priority being the `priority_levels`
-  of its `image_priorities` (1 until the first refresh); the next image is the highest priority (then position
-  in its pairs' selections, then a random tie-break), or with probability `uniform_floor` the first unparked
-  image in that uniform order. Labelling stops when the policy says the ranking is settled or nothing is open.
+  decided by `decided_early` (agreeing votes of vetted annotators, app/core/reliability.py) or else by the
+  strict majority; gold questions are asked at `gold_rate` of everything handed out and counted as votes;
+  every `refresh_interval` decided questions the annotators' reliability and `active_policy` are recomputed,
+  an image's priority being the `priority_levels` of its `image_priorities` (1 until the first refresh);
+  the next image is the highest priority, in a random order (seeded) within a level, or with probability
+  `uniform_floor` the first unparked image in that random order. Labelling stops when the policy says the
+  ranking is settled or nothing is open.
 """
 
 from __future__ import annotations
@@ -29,17 +29,24 @@ from app.core.active import (
     image_priorities,
     priority_levels,
     refresh_interval,
-    reliability_from_pairs,
 )
 from app.core.ranking import PairCounts
+from app.core.reliability import (
+    CrowdEvidence,
+    annotator_reliability,
+    base_rate,
+    unbiased_votes,
+    vote_weight,
+)
+from app.core.simulate_crowd import Crowd
 
 UNDECIDED = -1
 
 
 @dataclass(frozen=True)
 class LabellingDesign:
-    """The questions of a competition: `truth` per question, and per pair the question of f_i's and of
-    f_j's label for each selected image, in selection order."""
+    """The questions of a competition: `truth` per question, the image each asks about, and per pair the
+    question of f_i's and of f_j's label for each selected image, in selection order."""
 
     m: int
     pairs: tuple[tuple[int, int], ...]
@@ -47,40 +54,33 @@ class LabellingDesign:
     questions_j: tuple[np.ndarray, ...]
     images: tuple[np.ndarray, ...]
     truth: np.ndarray
+    image_of_question: np.ndarray
 
 
 @dataclass(frozen=True)
 class Labelling:
-    """Decided answers per question (UNDECIDED = never decided), and the votes cast to get them."""
+    """Decided answers per question (UNDECIDED = never decided), and the votes cast to get them (gold
+    included)."""
 
     answers: np.ndarray
     votes: int
 
 
-def vote_streams(
-    truth: np.ndarray, noise: float, careless: float, panel_size: int, rng: np.random.Generator
-) -> np.ndarray:
-    """Q×panel votes: a fair coin with probability `careless`, else the truth flipped with chance `noise`."""
-    shape = (len(truth), panel_size)
-    careful = truth[:, None] ^ (rng.random(shape) < noise)
-    return np.where(rng.random(shape) < careless, rng.random(shape) < 0.5, careful)
-
-
-def strict_majority(streams: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def strict_majority(votes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Answer and votes cast per question when each stops at the first strict majority of its panel."""
-    panel_size = streams.shape[1]
+    panel_size = votes.shape[1]
     if panel_size % 2 == 0:
         raise ValueError("panel_size must be odd so that a strict majority always exists")
     need = panel_size // 2 + 1
-    yes, no = np.cumsum(streams, axis=1), np.cumsum(~streams, axis=1)
+    yes, no = np.cumsum(votes, axis=1), np.cumsum(~votes, axis=1)
     reached = (yes >= need) | (no >= need)
     cast = reached.argmax(axis=1) + 1
     return yes[:, -1] >= need, cast
 
 
-def label_uniform(streams: np.ndarray) -> Labelling:
+def label_uniform(crowd: Crowd) -> Labelling:
     """The paper's protocol: every question to a strict majority of the full panel."""
-    answers, cast = strict_majority(streams)
+    answers, cast = strict_majority(crowd.votes)
     return Labelling(answers.astype(np.int8), int(cast.sum()))
 
 
@@ -99,25 +99,73 @@ def counts_of(design: LabellingDesign, answers: np.ndarray) -> PairCounts:
 
 @dataclass(frozen=True)
 class ActiveSettings:
-    """The service's cadence: policy refresh, uniform floor, smoothing."""
+    """The service's cadence: policy refresh, uniform floor, smoothing, the share of gold handed out."""
 
     refresh_every: int
     uniform_floor: float
     alpha: float
+    gold_rate: float
+
+
+class _Crowdwatch:
+    """What the active policy knows of the annotators: votes cast, first-two-vote pairs, decided answers."""
+
+    def __init__(self, crowd: Crowd) -> None:
+        self.crowd = crowd
+        accounts = crowd.accounts
+        self.cast = np.zeros(accounts, dtype=np.int64)
+        self.pairs_total = np.zeros((accounts, accounts), dtype=np.int64)
+        self.pairs_agreeing = np.zeros((accounts, accounts), dtype=np.int64)
+        self.decided = self.decided_yes = 0
+        self.weight = np.full(accounts, np.nan)
+        self.base_rate = base_rate(0, 0)
+
+    def refresh(self, gold_rate: float) -> None:
+        """Reliability and base rate recomputed from what was seen, gold included."""
+        gold_right, gold_answered = self.crowd.gold_after(self.cast, gold_rate)
+        a, b = np.nonzero(np.triu(self.pairs_total, k=1))
+        evidence = CrowdEvidence(
+            gold_right, gold_answered, a, b, self.pairs_total[a, b], self.pairs_agreeing[a, b]
+        )
+        self.weight = vote_weight(annotator_reliability(evidence))
+        self.base_rate = base_rate(self.decided_yes, self.decided)
+
+    def decide(self, question: int, panel_size: int) -> tuple[bool, int]:
+        """Votes of the question's panel until decided_early or the strict majority decides: (answer, cast);
+        the votes and the first two votes' agreement are recorded."""
+        voters, votes = self.crowd.voters[question], self.crowd.votes[question]
+        for cast in range(1, panel_size + 1):
+            yes = int(votes[:cast].sum())
+            evidence = float(self.weight[voters[:cast]].sum())
+            answer = decided_early(yes, cast - yes, panel_size, evidence, self.base_rate)
+            if answer is None and 2 * max(yes, cast - yes) > panel_size:
+                answer = 2 * yes > panel_size
+            if answer is not None:
+                break
+        else:
+            raise ValueError("panel_size must be odd so that a strict majority always exists")
+        self.cast[voters[:cast]] += 1
+        unbiased = unbiased_votes(panel_size, bool(np.isfinite(self.weight[voters[:2]]).all()), cast)
+        for first in range(unbiased):
+            for second in range(first + 1, unbiased):
+                a, b = sorted((voters[first], voters[second]))
+                self.pairs_total[a, b] += 1
+                self.pairs_agreeing[a, b] += bool(votes[first] == votes[second])
+        self.decided += 1
+        self.decided_yes += answer
+        return answer, cast
 
 
 class _Queue:
-    """The active queue of one competition: per-image state, pair counts, reliability, priorities."""
+    """The active queue of one competition: per-image state, pair counts, priorities."""
 
-    def __init__(self, design: LabellingDesign, streams: np.ndarray, rng: np.random.Generator) -> None:
-        self.design, self.streams = design, streams
+    def __init__(self, design: LabellingDesign, crowd: Crowd, rng: np.random.Generator) -> None:
+        self.design = design
+        self.crowdwatch = _Crowdwatch(crowd)
         self.answers = np.full(len(design.truth), UNDECIDED, dtype=np.int8)
-        self.votes = self.agreeing_pairs = self.disagreeing_pairs = 0
-        self.reliability = reliability_from_pairs(0, 0)
+        self.votes = 0
         sizes = [len(block) for block in design.images]
         image_ids, self.flat_image = np.unique(np.concatenate(design.images), return_inverse=True)
-        self.spread = np.full(len(image_ids), np.iinfo(np.int64).max)
-        np.minimum.at(self.spread, self.flat_image, np.concatenate([np.arange(size) for size in sizes]))
         self.flat_pair = np.repeat(np.arange(len(design.pairs)), sizes)
         membership = np.unique(np.c_[self.flat_image, self.flat_pair], axis=0)
         self.image_of_row = membership[:, 0]
@@ -132,7 +180,7 @@ class _Queue:
         self.shuffle = rng.permutation(len(image_ids))
         self.done = np.zeros(len(image_ids), dtype=bool)
         self.priority = np.ones(len(image_ids))
-        self.uniform_order = np.lexsort((self.shuffle, self.spread))
+        self.uniform_order = np.argsort(self.shuffle)
         self.priority_order = self.uniform_order
 
     def open_images(self) -> np.ndarray:
@@ -146,15 +194,15 @@ class _Queue:
             still_open[i, j] = still_open[j, i] = count
         return still_open
 
-    def refresh(self, settings: ActiveSettings, seed: int) -> bool:
+    def refresh(self, settings: ActiveSettings) -> bool:
         """Reliability and policy recomputed, each image's priority the `priority_levels` of its
         `image_priorities`; True when settled."""
-        self.reliability = reliability_from_pairs(self.agreeing_pairs, self.disagreeing_pairs)
+        self.crowdwatch.refresh(settings.gold_rate)
         counts = counts_of(self.design, self.answers)
-        decision = active_policy(counts, self.open_images(), alpha=settings.alpha, seed=seed)
+        decision = active_policy(counts, self.open_images(), alpha=settings.alpha)
         worth = image_priorities(decision.priority, self.pair_of_row, self.image_of_row, len(self.priority))
         self.priority = priority_levels(worth)
-        self.priority_order = np.lexsort((self.shuffle, self.spread, -self.priority))
+        self.priority_order = np.lexsort((self.shuffle, -self.priority))
         return decision.settled
 
     def next_image(self, uniform: bool) -> int | None:
@@ -168,49 +216,29 @@ class _Queue:
         decided = 0
         for question in self.question_of[image]:
             if self.answers[question] == UNDECIDED:
-                self._decide(question, panel_size)
+                answer, cast = self.crowdwatch.decide(question, panel_size)
+                self.answers[question] = int(answer)
+                self.votes += cast
                 decided += 1
         self.done[image] = True
         return decided
 
-    def _decide(self, question: int, panel_size: int) -> None:
-        """decide_stream with the current reliability; tallies whether its first two votes agree."""
-        stream = self.streams[question]
-        answer, cast = decide_stream(stream, panel_size, self.reliability)
-        self.votes += cast
-        if cast >= 2:
-            agree = bool(stream[0] == stream[1])
-            self.agreeing_pairs += agree
-            self.disagreeing_pairs += not agree
-        self.answers[question] = int(answer)
-
-
-def decide_stream(stream: np.ndarray, panel_size: int, reliability: float) -> tuple[bool, int]:
-    """Votes of the stream until decided_early or the strict majority of the panel decides: (answer, cast)."""
-    for cast in range(1, panel_size + 1):
-        yes = int(stream[:cast].sum())
-        answer = decided_early(yes, cast - yes, panel_size, reliability)
-        if answer is None and 2 * max(yes, cast - yes) > panel_size:
-            answer = 2 * yes > panel_size
-        if answer is not None:
-            return answer, cast
-    raise ValueError("panel_size must be odd so that a strict majority always exists")
-
 
 def label_active(
-    design: LabellingDesign, streams: np.ndarray, settings: ActiveSettings, rng: np.random.Generator
+    design: LabellingDesign, crowd: Crowd, settings: ActiveSettings, rng: np.random.Generator
 ) -> Labelling:
     """Active MAD as the service runs it (module docstring)."""
-    queue = _Queue(design, streams, rng)
+    queue = _Queue(design, crowd, rng)
     every = refresh_interval(len(queue.answers), settings.refresh_every)
-    since_refresh, refreshes = 0, 0
+    since_refresh = 0
     while True:
         if since_refresh >= every:
-            since_refresh, refreshes = 0, refreshes + 1
-            if queue.refresh(settings, seed=refreshes):
+            since_refresh = 0
+            if queue.refresh(settings):
                 break
         image = queue.next_image(uniform=rng.random() < settings.uniform_floor)
         if image is None:
             break
-        since_refresh += queue.label(image, streams.shape[1])
-    return Labelling(queue.answers, queue.votes)
+        since_refresh += queue.label(image, crowd.votes.shape[1])
+    gold = int(crowd.gold_after(queue.crowdwatch.cast, settings.gold_rate)[1].sum())
+    return Labelling(queue.answers, queue.votes + gold)

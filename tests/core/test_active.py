@@ -1,131 +1,140 @@
-"""Active MAD's pure rules: dynamic panels, annotator reliability, pair priorities and the stop rule."""
+"""Active MAD's pure rules: dynamic panels, the full-MAD forecast, priorities and the stop rule."""
 
 import numpy as np
 import pytest
 
 from app.core.active import (
-    DEFAULT_MIN_IMAGES,
     LOWEST_LEVEL,
     active_policy,
-    adjacent_flip,
     decided_early,
-    flip_probability,
+    forecast_full_mad,
     image_priorities,
+    neighbour_flips,
     priority_levels,
-    projected_flip,
     refresh_interval,
-    reliability_from_pairs,
+    score_gradient,
 )
-from app.core.ranking import PairCounts, count_outcomes
-from app.core.simulate_labelling import decide_stream, vote_streams
+from app.core.ranking import (
+    PairCounts,
+    count_outcomes,
+    dominance_matrix,
+    pairwise_accuracy,
+    perron_rank,
+)
+
+LOG_ODDS_095 = float(np.log(0.95 / 0.05))
 
 
-@pytest.mark.parametrize("reliability", [0.6, 0.9, 0.95, 0.999, 1.0])
+@pytest.mark.parametrize("evidence", [np.nan, 0.0, 2.0, 10.0])
 @pytest.mark.parametrize("panel", [3, 5, 7])
-def test_decided_early_never_decides_on_disagreement_nor_on_one_vote(reliability, panel):
+def test_decided_early_never_decides_on_disagreement_nor_on_one_vote(evidence, panel):
     for yes in range(panel + 1):
         for no in range(panel + 1 - yes):
-            answer = decided_early(yes, no, panel, reliability)
+            answer = decided_early(yes, no, panel, evidence, 0.35)
             if yes + no < 2 or (yes and no):
                 assert answer is None, (yes, no)
             if answer is not None:
                 assert answer == (yes > 0)
 
 
-def test_two_agreeing_votes_decide_only_for_reliable_annotators():
-    # 0.95² / (0.95² + 0.05²) = 0.99723 ≥ 0.99; 0.9² / (0.9² + 0.1²) = 0.98780 < 0.99.
-    assert decided_early(2, 0, 5, 0.95) is True
-    assert decided_early(0, 2, 5, 0.95) is False
-    assert decided_early(2, 0, 5, 0.9) is None
-    assert decided_early(3, 0, 9, 0.9) is True  # 0.9³ / (0.9³ + 0.1³) = 0.99863
-    assert decided_early(2, 0, 5, 0.95, confidence=0.999) is None
-    assert decided_early(2, 0, 5, 0.5) is None and decided_early(4, 0, 9, 0.3) is None
-    assert decided_early(3, 0, 5, 0.6) is True  # a unanimous strict majority is the paper's own rule
+def test_two_agreeing_vetted_votes_decide_with_the_base_rate_of_yes():
+    # "no": odds (0.65 / 0.35)·19² = 670 ≥ 99; "yes": (0.35 / 0.65)·19² = 194 ≥ 99.
+    assert decided_early(0, 2, 5, 2 * LOG_ODDS_095, 0.35) is False
+    assert decided_early(2, 0, 5, 2 * LOG_ODDS_095, 0.35) is True
+    # Accuracy 0.92: "no" (0.65 / 0.35)·(0.92 / 0.08)² = 245.6 decides, "yes" 71.2 does not (posterior 0.986).
+    evidence_092 = 2 * float(np.log(0.92 / 0.08))
+    assert decided_early(0, 2, 5, evidence_092, 0.35) is False
+    assert decided_early(2, 0, 5, evidence_092, 0.35) is None
+    # An unvetted voter (no evidence) sends the question to the majority; so does a useless base rate.
+    assert decided_early(2, 0, 5, np.nan, 0.35) is None
+    assert decided_early(2, 0, 5, 2 * LOG_ODDS_095, 0.0) is None
+    assert decided_early(2, 0, 5, 2 * LOG_ODDS_095, 0.35, confidence=0.999) is None
 
 
-def test_reliability_from_pairs_starts_at_the_prior_and_follows_the_pairs():
-    assert reliability_from_pairs(0, 0) == 0.8  # Beta(3.4, 1.6): q = 0.68 = 0.8² + 0.2²
-    # q = (3.4 + 95) / (5 + 100) = 0.93714..., a = ½ + ½·√(2q − 1)
-    assert reliability_from_pairs(95, 5) == pytest.approx(0.5 + 0.5 * np.sqrt(2 * 98.4 / 105 - 1))
-    assert reliability_from_pairs(10_000, 0) > 0.999
-    assert reliability_from_pairs(0, 100) == 0.5, "agreement at or below chance means coin flips"
-    with pytest.raises(ValueError):
-        reliability_from_pairs(-1, 0)
+def test_a_unanimous_strict_majority_is_the_papers_own_rule():
+    assert decided_early(3, 0, 5, np.nan, 0.35) is True
+    assert decided_early(0, 2, 3, np.nan, 0.35) is False
+    assert decided_early(3, 1, 5, np.nan, 0.35) is None  # not unanimous: the caller counts the majority
 
 
-@pytest.mark.parametrize("accuracy", [0.7, 0.8, 0.9, 0.97])
-def test_reliability_from_pairs_recovers_the_accuracy_of_simulated_votes(accuracy):
-    right = np.random.default_rng(7).random((50_000, 2)) < accuracy
-    agreeing = int((right[:, 0] == right[:, 1]).sum())
-    assert reliability_from_pairs(agreeing, len(right) - agreeing) == pytest.approx(accuracy, abs=0.01)
-
-
-def tallies(streams: np.ndarray, reliability: float) -> tuple[float, float]:
-    """Each question decided by decide_stream at this reliability: (the former estimate, the Beta(4, 1)
-    mean of votes agreeing with their outcome; reliability_from_pairs over the first two votes)."""
-    agreeing = disagreeing = pairs_agreeing = 0
-    for stream in streams:
-        answer, cast = decide_stream(stream, streams.shape[1], reliability)
-        with_outcome = int((stream[:cast] == answer).sum())
-        agreeing, disagreeing = agreeing + with_outcome, disagreeing + cast - with_outcome
-        pairs_agreeing += int(stream[0] == stream[1])
-    former = (4 + agreeing) / (5 + agreeing + disagreeing)
-    return former, reliability_from_pairs(pairs_agreeing, len(streams) - pairs_agreeing)
-
-
-def test_early_stopping_cannot_move_the_reliability_estimate():
-    truth = np.ones(20_000, dtype=bool)
-    streams = vote_streams(truth, 0.15, 0.0, 5, np.random.default_rng(11))
-    former_full, full = tallies(streams, 0.8)  # every question to a strict majority
-    former_early, early = tallies(streams, 0.95)  # 2 agreeing votes decide
-    assert early == full == pytest.approx(0.85, abs=0.01)
-    assert former_full > 0.855 and former_early > former_full + 0.01, (former_full, former_early)
-
-
-def separated_counts(m: int, n: int, gap: float) -> PairCounts:
-    """Every pair (i < j): n images, f_i right on a share 0.5 + gap·(j − i), f_j on the others."""
+def counts_of(m: int, n: int, share_of_better: float, open_images: int = 0) -> tuple[PairCounts, np.ndarray]:
+    """Every pair (i < j) with n labelled images, all Case II, f_i right on round(n·share_of_better) of
+    them; and `open_images` still open in every pair."""
     outcomes = {}
     for i in range(m):
         for j in range(i + 1, m):
-            won = int(round(n * min(0.5 + gap * (j - i), 1.0)))
+            won = int(round(n * share_of_better))
             outcomes[(i, j)] = (np.arange(n) < won, np.arange(n) >= won)
-    return count_outcomes(outcomes, m)
+    still_open = np.full((m, m), open_images)
+    np.fill_diagonal(still_open, 0)
+    return count_outcomes(outcomes, m), still_open
 
 
-def test_pairs_without_open_images_are_settled_with_priority_zero():
-    counts = separated_counts(4, 3, 0.0)
-    open_images = np.full((4, 4), 5)
-    open_images[0, 1] = open_images[1, 0] = 0
-    decision = active_policy(counts, open_images, n_resamples=50)
-    assert decision.priority[0, 1] == 0 and decision.pair_settled[0, 1]
-    assert np.all(decision.pair_settled.diagonal()) and np.all(decision.priority.diagonal() == 0)
-    assert np.array_equal(decision.priority, decision.priority.T)
-    assert np.array_equal(decision.pair_settled, decision.pair_settled.T)
-    assert not decision.settled and (0, 1) not in decision.informative_pairs
-    assert all(decision.priority[pair] > 0 for pair in decision.informative_pairs)
-    priorities = [decision.priority[pair] for pair in decision.informative_pairs]
-    assert priorities == sorted(priorities, reverse=True)
-    assert active_policy(counts, np.zeros((4, 4)), n_resamples=50).settled
+def test_a_fully_labelled_pair_has_nothing_left_to_forecast():
+    counts, still_open = counts_of(3, 20, 0.7, open_images=0)
+    forecast = forecast_full_mad(counts, still_open, alpha=1.0)
+    assert np.all(forecast.variance == 0) and np.all(forecast.covariance == 0)
+    assert forecast.accuracy == pytest.approx(pairwise_accuracy(counts, 1.0))
+    decision = active_policy(counts, still_open)
+    assert decision.settled and decision.expected_swaps == 0 and not decision.priority.any()
 
 
-def test_a_clearly_separated_ranking_settles_and_a_tied_one_does_not():
-    clear = active_policy(separated_counts(5, 30, 0.2), np.full((5, 5), 10), n_resamples=100)
-    assert clear.settled and clear.informative_pairs == () and not clear.priority.any()
-    tied = active_policy(separated_counts(5, 20, 0.0), np.full((5, 5), 25), n_resamples=100)
-    assert (
-        not tied.settled
-        and len(tied.informative_pairs) == 10
-        and np.all(tied.priority[~np.eye(5, dtype=bool)] > 0)
-    )
+def test_open_images_widen_the_forecast_and_more_labels_narrow_it():
+    few, few_open = counts_of(3, 5, 0.7, open_images=25)
+    many, many_open = counts_of(3, 25, 0.7, open_images=5)
+    narrow = forecast_full_mad(many, many_open, 1.0).variance
+    wide = forecast_full_mad(few, few_open, 1.0).variance
+    off = ~np.eye(3, dtype=bool)
+    assert np.all(wide[off] > narrow[off]) and np.all(narrow[off] > 0)
 
 
-def test_a_tie_stops_for_futility_once_half_its_images_are_labelled():
-    counts = separated_counts(3, 20, 0.0)
-    assert not active_policy(counts, np.full((3, 3), 21), n_resamples=50).settled
-    assert active_policy(counts, np.full((3, 3), 20), n_resamples=50).settled
-    # A clear but not yet decided lead is not futile: labelling the rest would decide it.
-    assert projected_flip(np.array(0.1), np.array(15), np.array(15)) < 0.05
-    assert projected_flip(np.array(0.5), np.array(15), np.array(1000)) == 0.5
+def test_score_gradient_matches_a_perron_rerun():
+    accuracy = pairwise_accuracy(counts_of(4, 20, 0.65)[0], 1.0)
+    gradient = score_gradient(accuracy)
+    nudged = accuracy.copy()
+    nudged[0, 2] += 1e-4
+    moved = perron_rank(dominance_matrix(nudged)).scores - perron_rank(dominance_matrix(accuracy)).scores
+    assert moved == pytest.approx(gradient[0, 2] * 1e-4, abs=1e-8)
+    assert gradient[0, 2, 0] > 0 > gradient[0, 2, 2]  # a better a_02 lifts f_0 and lowers f_2
+
+
+def test_a_clear_ranking_settles_early_and_a_near_tie_is_labelled_out():
+    clear, clear_open = counts_of(4, 10, 0.9, open_images=20)
+    assert active_policy(clear, clear_open).settled
+    tied, tied_open = counts_of(4, 10, 0.5, open_images=20)
+    decision = active_policy(tied, tied_open)
+    assert not decision.settled and decision.neighbour_flips.max() > 0.25
+    upper = np.triu_indices(4, k=1)
+    assert np.all(decision.priority[upper] > 0) and len(decision.informative_pairs) == 6
+    # Labelled to the end, the same tie stops: there is nothing left that could reorder it.
+    labelled_out, nothing_open = counts_of(4, 30, 0.5, open_images=0)
+    assert active_policy(labelled_out, nothing_open).settled
+
+
+def test_neighbour_flips_bound_the_chance_that_full_mad_reorders():
+    rng = np.random.default_rng(3)
+    m, labelled, still = 4, 12, 18
+    truth = np.array([0.8, 0.6, 0.55, 0.3])
+    reversed_ = []
+    flips = []
+    for _ in range(200):
+        outcomes = {}
+        full = {}
+        for i in range(m):
+            for j in range(i + 1, m):
+                wins_i = rng.random(labelled + still) < 0.5 + (truth[i] - truth[j]) / 2
+                outcomes[(i, j)] = (wins_i[:labelled], ~wins_i[:labelled])
+                full[(i, j)] = (wins_i, ~wins_i)
+        counts = count_outcomes(outcomes, m)
+        open_images = np.full((m, m), still)
+        np.fill_diagonal(open_images, 0)
+        reported = perron_rank(dominance_matrix(pairwise_accuracy(counts))).scores
+        risk = neighbour_flips(reported, forecast_full_mad(counts, open_images, 1.0))
+        final = perron_rank(dominance_matrix(pairwise_accuracy(count_outcomes(full, m)))).scores
+        reversed_.append(int(np.sum(final[risk.upper] < final[risk.lower])))
+        flips.append(float(risk.flip.sum()))
+    # Σ F is the expected number of neighbours full MAD reverses: calibrated within sampling error.
+    assert np.mean(flips) == pytest.approx(np.mean(reversed_), abs=0.15)
 
 
 def test_an_image_is_worth_the_sum_of_its_pairs():
@@ -134,26 +143,8 @@ def test_an_image_is_worth_the_sum_of_its_pairs():
     pair_of_row, image_of_row = np.array([[0, 1], [0, 2], [1, 2]]), np.array([0, 0, 1])
     worth = image_priorities(priority, pair_of_row, image_of_row, images=3)
     assert worth == pytest.approx([0.3, 0.0, 0.0])
-    assert image_priorities(priority, np.zeros((0, 2), dtype=int), np.zeros(0, dtype=int), 2).tolist() == [
-        0,
-        0,
-    ]
-
-
-def test_too_few_images_keep_a_pair_open_however_clear():
-    few = separated_counts(3, DEFAULT_MIN_IMAGES - 1, 0.5)
-    decision = active_policy(few, np.full((3, 3), 5), n_resamples=50)
-    assert not decision.settled and decision.priority[0, 1] > 0
-
-
-def test_flip_probability_counts_reversed_and_tied_fits():
-    point = np.array([0.5, 0.3, 0.2])
-    samples = np.array([[0.5, 0.3, 0.2], [0.3, 0.5, 0.2], [0.4, 0.4, 0.2], [0.5, 0.2, 0.3]])
-    flips = flip_probability(point, samples)
-    assert flips[0, 1] == pytest.approx((1 + 0.5) / 4) and flips[1, 2] == pytest.approx(0.25)
-    assert flips[0, 2] == 0 and np.array_equal(flips, flips.T)
-    assert adjacent_flip(point, flips).tolist() == pytest.approx([0.375, 0.375, 0.25])
-    assert flip_probability(np.array([0.5, 0.5]), samples[:, :2])[0, 1] == 0.5
+    empty = image_priorities(priority, np.zeros((0, 2), dtype=int), np.zeros(0, dtype=int), 2)
+    assert empty.tolist() == [0, 0]
 
 
 def test_the_policy_reruns_every_20_decisions_or_every_hundredth_of_the_questions():

@@ -53,8 +53,9 @@ def test_simulate_json():
     result = runner.invoke(cli, arguments)
     assert result.exit_code == 0, result.output
     study = json.loads(result.output)
-    assert study["srcc_median"] >= 0.9 and len(study["srcc"]) == 5
-    assert study["config"]["classifiers"] == 11 and study["config"]["noise"] == 0.05
+    assert study["srcc_median_vs_truth"] >= 0.9 and len(study["seeds"]) == 5
+    assert study["srcc_vs_full_mad"] >= 0.99
+    assert study["config"]["classifiers"] == 11 and study["config"]["crowd"]["noise"] == 0.05
 
 
 def test_simulate_table():
@@ -68,14 +69,23 @@ def test_simulate_compare_json_on_the_same_seeds():
     result = runner.invoke(cli, [*arguments, "--careless", "0.2", "--panel", "5", "--noise", "0.1"])
     assert result.exit_code == 0, result.output
     comparison = json.loads(result.output)
-    keys = ("votes", "srcc_median", "coverage")
-    assert {f"{key}_{policy}" for key in keys for policy in ("active", "uniform")} <= set(comparison)
+    figures = ("votes", "srcc_vs_full_mad", "srcc_vs_truth", "interval_width", "coverage_full_mad")
+    figures += ("confident_swap_seeds", "wrong_decisions")
+    assert {f"{key}_{policy}" for key in figures for policy in ("active", "uniform")} <= set(comparison)
+    assert {"srcc_vs_full_mad_difference", "srcc_vs_full_mad_difference_se"} <= set(comparison)
     assert comparison["votes_ratio"] == comparison["votes_active"] / comparison["votes_uniform"]
-    # One careless annotator in five: 3 agreeing votes are needed, a strict majority anyway, and no pair
-    # of 12 images reaches the 15 a stop needs, so active labels everything as uniform does.
-    assert 0 < comparison["votes_active"] == comparison["votes_uniform"]
-    assert comparison["config"]["careless"] == 0.2 and comparison["config"]["seeds"] == 2
-    assert all(0 <= comparison[f"coverage_{policy}"] <= 1 for policy in ("active", "uniform"))
+    assert comparison["config"]["crowd"]["careless"] == 0.2 and comparison["config"]["seeds"] == 2
+    assert all(0 <= comparison[f"coverage_full_mad_{policy}"] <= 1 for policy in ("active", "uniform"))
+
+
+def test_simulate_compare_against_colluders_and_spammers_prints_wrong_decisions():
+    arguments = ["simulate", "--compare", "--classifiers", "5", "--k", "12", "--seeds", "2", "--json"]
+    for scenario in (["--colluders", "0.25"], ["--spammers", "0.2"]):
+        comparison = json.loads(runner.invoke(cli, [*arguments, *scenario]).output)
+        assert 0 <= comparison["wrong_decisions_active"] <= comparison["wrong_decisions_uniform"] + 0.05
+    table = runner.invoke(cli, ["simulate", "--compare", "--classifiers", "4", "--k", "10", "--seeds", "2"])
+    assert "SRCC against full MAD" in table.output and "active − uniform over 2 paired seeds" in table.output
+    assert runner.invoke(cli, ["simulate", "--careless", "0.6", "--spammers", "0.6"]).exit_code == 2
 
 
 def test_simulate_policy_and_panel_are_checked():

@@ -1,0 +1,187 @@
+"""Per-annotator reliability for Active MAD's early decisions, which nobody can certify for themselves.
+
+An annotator a is a one-coin rater (Dawid & Skene 1979 with one accuracy r_a for both answers). Two sources
+tell r_a (docs/architecture.md, Active sampling):
+
+- gold answers, right g of G: a binomial observation of r_a;
+- agreement with other annotators over the votes of each question that no stopping rule chose
+  (`unbiased_votes`): a and b agree with chance q_ab = r_a·r_b + (1 − r_a)(1 − r_b), so their agreements
+  say r̂_a = (q̂_ab − (1 − r_b)) / (2r_b − 1), worth n_ab·(2r_b − 1)²·r_a(1 − r_a) / (q_ab(1 − q_ab))
+  direct observations (the ratio of the two estimates' variances). One partner counts for at most
+  `PARTNER_CAP` pairs or `PARTNER_SHARE` of the annotator's pairs, whichever is more, so that agreement
+  with many different annotators is what vets someone, never agreement with one account.
+
+Each annotator's prior is the crowd's pooled accuracy, worth a0 + b0 answers (empirical Bayes under a
+Beta(`PRIOR`) hyperprior); the estimates are the fixed point of the pseudo-counts. An annotator is *vetted*
+once their evidence is worth `MIN_EVIDENCE` direct observations and no partner agrees with them more than
+their reliabilities explain (`colluding_pairs`: a one-sided binomial test against the agreement expected
+from each one's reliability without the other, Bonferroni over the pairs tested): two accounts of one
+person, or two people copying one answer, lose their vetting together. Early decisions count only the
+votes of vetted annotators (`vote_weight`); anything else goes to the paper's strict majority.
+
+crowd-kit's OneCoinDawidSkene and DawidSkene fit the same model by EM over every vote, but with no prior and
+no partner cap: two accounts that answer alone and agree are certified by their own agreement, which is the
+attack this module exists to stop, and EM over every vote would also count the votes a stopping rule chose.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+from scipy.stats import binom
+
+PRIOR = (4.0, 1.0)
+"""Beta(a0, b0) hyperprior on the crowd's pooled accuracy (mean 0.8, worth 5 answers)."""
+PARTNER_CAP = 10
+"""First-two-vote pairs with one partner that count towards an annotator's evidence, at most ..."""
+PARTNER_SHARE = 1 / 3
+"""... or this share of the annotator's pairs, when that is more: agreement with one partner never makes up
+more than a third of what vets someone, however small the crowd."""
+MIN_EVIDENCE = 20.0
+"""Direct observations' worth of evidence an annotator needs before their votes may decide early."""
+MIN_PAIRS_TESTED = 10
+"""Pairs two annotators need before their agreement is tested for collusion."""
+COLLUSION_LEVEL = 0.01
+"""Family-wise level of the collusion tests (Bonferroni over the pairs tested)."""
+FIXED_POINT_ROUNDS = 30
+
+
+@dataclass(frozen=True)
+class CrowdEvidence:
+    """What the votes say about annotators 0 … A−1: gold per annotator, and one row per pair of annotators
+    (a < b) that cast unbiased votes on the same questions: how many such questions, and how many agreed."""
+
+    gold_right: np.ndarray
+    gold_answered: np.ndarray
+    pair_a: np.ndarray
+    pair_b: np.ndarray
+    pair_total: np.ndarray
+    pair_agreeing: np.ndarray
+
+    @property
+    def annotators(self) -> int:
+        """A, the number of annotators."""
+        return len(self.gold_right)
+
+
+@dataclass(frozen=True)
+class AnnotatorReliability:
+    """Per annotator: accuracy (posterior mean), evidence (direct observations' worth), vetted; and the pair
+    rows found colluding."""
+
+    accuracy: np.ndarray
+    evidence: np.ndarray
+    vetted: np.ndarray
+    colluding: np.ndarray
+
+
+def unbiased_votes(panel_size: int, early_eligible: bool, cast: int) -> int:
+    """How many of a question's first votes no stopping rule chose: the first two always; the first
+    ⌊P/2⌋ + 1 when its first two voters were not both vetted (no early decision could stop it, and a strict
+    majority needs that many votes whatever they say). Their pairs are the agreement reliability counts."""
+    return min(cast, 2 if early_eligible else max(2, panel_size // 2 + 1))
+
+
+def pair_estimates(
+    accuracy: np.ndarray, evidence: CrowdEvidence
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per pair row: (r̂ of a from b, its worth, r̂ of b from a, its worth), each partner capped at
+    max(PARTNER_CAP, PARTNER_SHARE × the annotator's pairs) pairs (module docstring)."""
+    total = evidence.pair_total.astype(float)
+    observed = np.divide(evidence.pair_agreeing, total, out=np.zeros_like(total), where=total > 0)
+    pairs_of = np.bincount(evidence.pair_a, total, evidence.annotators)
+    pairs_of = pairs_of + np.bincount(evidence.pair_b, total, evidence.annotators)
+    r_a, r_b = accuracy[evidence.pair_a], accuracy[evidence.pair_b]
+    q = np.clip(r_a * r_b + (1 - r_a) * (1 - r_b), 1e-6, 1 - 1e-6)
+    estimates, worths = [], []
+    for own, partner, who in ((r_a, r_b, evidence.pair_a), (r_b, r_a, evidence.pair_b)):
+        allowed = np.maximum(PARTNER_CAP, PARTNER_SHARE * pairs_of[who])
+        cap = np.minimum(1.0, allowed / np.maximum(total, 1.0))
+        lever = 2 * partner - 1
+        informative = lever > 0.05
+        estimate = np.clip((observed - (1 - partner)) / np.where(informative, lever, 1.0), 0.0, 1.0)
+        worth = cap * total * lever**2 * own * (1 - own) / (q * (1 - q))
+        estimates.append(np.where(informative, estimate, 0.0))
+        worths.append(np.where(informative, worth, 0.0))
+    return estimates[0], worths[0], estimates[1], worths[1]
+
+
+@dataclass(frozen=True)
+class _Fit:
+    """The fixed point of `fit_accuracy` with its pseudo-counts, per annotator and per pair row."""
+
+    pooled: float
+    accuracy: np.ndarray
+    right: np.ndarray
+    worth: np.ndarray
+    from_b: np.ndarray
+    worth_a: np.ndarray
+    from_a: np.ndarray
+    worth_b: np.ndarray
+
+    def accuracy_without(self, right: np.ndarray, worth: np.ndarray) -> np.ndarray:
+        """(r̄·(a0 + b0) + right) / (a0 + b0 + worth): an accuracy from these pseudo-counts."""
+        a0, b0 = PRIOR
+        return np.clip((self.pooled * (a0 + b0) + right) / (a0 + b0 + worth), 0.5, 1 - 1e-6)
+
+
+def fit_accuracy(evidence: CrowdEvidence, excluded: np.ndarray | None = None) -> _Fit:
+    """r_a = (r̄·(a0 + b0) + g_a + Σ_b w_ab r̂_ab) / (a0 + b0 + G_a + Σ_b w_ab), with r̄ = (a0 + Σ right) /
+    (a0 + b0 + Σ worth) the crowd's pooled accuracy (PRIOR = (a0, b0)), iterated to its fixed point from
+    the hyperprior's mean; pair rows marked `excluded` count for nothing."""
+    a0, b0 = PRIOR
+    keep = np.ones(len(evidence.pair_a)) if excluded is None else (~excluded).astype(float)
+    fit = _Fit(a0 / (a0 + b0), np.full(evidence.annotators, a0 / (a0 + b0)), *([np.zeros(0)] * 6))
+    for _ in range(FIXED_POINT_ROUNDS):
+        fit = _pseudo_counts(fit.accuracy, evidence, keep)
+    return fit
+
+
+def _pseudo_counts(accuracy: np.ndarray, evidence: CrowdEvidence, keep: np.ndarray) -> _Fit:
+    """One step of `fit_accuracy`: the pseudo-counts at these accuracies, and the accuracies they give."""
+    a0, b0 = PRIOR
+    count = evidence.annotators
+    from_b, worth_a, from_a, worth_b = pair_estimates(accuracy, evidence)
+    worth_a, worth_b = worth_a * keep, worth_b * keep
+    right = evidence.gold_right + np.bincount(evidence.pair_a, from_b * worth_a, count)
+    right = right + np.bincount(evidence.pair_b, from_a * worth_b, count)
+    worth = evidence.gold_answered + np.bincount(evidence.pair_a, worth_a, count)
+    worth = worth + np.bincount(evidence.pair_b, worth_b, count)
+    pooled = float((a0 + right.sum()) / (a0 + b0 + worth.sum()))
+    fit = _Fit(pooled, accuracy, right, worth, from_b, worth_a, from_a, worth_b)
+    return replace(fit, accuracy=fit.accuracy_without(right, worth))
+
+
+def colluding_pairs(evidence: CrowdEvidence, fit: _Fit) -> np.ndarray:
+    """Pair rows whose agreement exceeds, one-sided at COLLUSION_LEVEL / (pairs tested), the q_ab of r_a
+    and r_b each without that row's pseudo-counts: P(X ≥ agreeing | n_ab, q_ab) under the binomial."""
+    a, b = evidence.pair_a, evidence.pair_b
+    r_a = fit.accuracy_without(fit.right[a] - fit.from_b * fit.worth_a, fit.worth[a] - fit.worth_a)
+    r_b = fit.accuracy_without(fit.right[b] - fit.from_a * fit.worth_b, fit.worth[b] - fit.worth_b)
+    expected = r_a * r_b + (1 - r_a) * (1 - r_b)
+    tested = evidence.pair_total >= MIN_PAIRS_TESTED
+    tail = binom.sf(evidence.pair_agreeing - 1, evidence.pair_total, expected)
+    return tested & (tail <= COLLUSION_LEVEL / max(1, int(tested.sum())))
+
+
+def annotator_reliability(evidence: CrowdEvidence) -> AnnotatorReliability:
+    """Accuracy and evidence per annotator (`fit_accuracy`, colluding pairs left out), vetted when the
+    evidence reaches MIN_EVIDENCE and the annotator is in no colluding pair."""
+    colluding = colluding_pairs(evidence, fit_accuracy(evidence))
+    fit = fit_accuracy(evidence, excluded=colluding)
+    suspect = np.zeros(evidence.annotators, dtype=bool)
+    suspect[evidence.pair_a[colluding]] = True
+    suspect[evidence.pair_b[colluding]] = True
+    return AnnotatorReliability(fit.accuracy, fit.worth, (fit.worth >= MIN_EVIDENCE) & ~suspect, colluding)
+
+
+def vote_weight(reliability: AnnotatorReliability) -> np.ndarray:
+    """Per annotator, the log-likelihood ratio log(r / (1 − r)) their vote carries, NaN when not vetted."""
+    accuracy = reliability.accuracy
+    return np.where(reliability.vetted, np.log(accuracy / (1 - accuracy)), np.nan)
+
+
+def base_rate(yes_decided: int, decided: int) -> float:
+    """π = (1 + yes) / (2 + decided): the Beta(1, 1) posterior mean share of "yes" among decided questions."""
+    return (1 + yes_decided) / (2 + decided)
