@@ -111,7 +111,8 @@ def comparison_text(comparison: dict) -> str:
     lines.append(f"active / uniform votes: {comparison['votes_ratio']:.3f}")
     lines.append(
         f"SRCC against full MAD, active − uniform over {comparison['seeds']} paired seeds: "
-        f"{comparison['srcc_vs_full_mad_difference']:+.4f} ± {comparison['srcc_vs_full_mad_difference_se']:.4f}"
+        f"{comparison['srcc_vs_full_mad_difference']:+.4f} "
+        f"± {comparison['srcc_vs_full_mad_difference_se']:.4f}"
         f" (standard error); active worse in {comparison['seeds_active_worse']:.0%} of seeds"
     )
     return "\n".join(lines)
@@ -140,8 +141,8 @@ def print_study(study: "SimulationStudy") -> None:
     )
     summary = study.summary()
     console.print(
-        f"median SRCC over {len(study.results)} seeds: [bold]{study.srcc_median:.3f}[/] against the simulated "
-        f"accuracies, mean {summary['srcc_vs_full_mad']:.3f} against full MAD"
+        f"median SRCC over {len(study.results)} seeds: [bold]{study.srcc_median:.3f}[/] against the "
+        f"simulated accuracies, mean {summary['srcc_vs_full_mad']:.3f} against full MAD"
     )
     console.print(
         f"votes per competition: {study.votes_mean:,.1f}; the 95% rank intervals hold the true rank "

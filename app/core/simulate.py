@@ -87,7 +87,7 @@ class SeedResult:
     srcc_full_mad: float
     full_mad_ranks: tuple[int, ...]
     confident_swaps: int
-    """Pairs of classifiers that full MAD's 95% rank intervals separate and the policy orders the other way."""
+    """Pairs of classifiers that full MAD's 95% rank intervals separate and the policy orders otherwise."""
     cases: CaseShares
     votes: int
     rank_low: tuple[int, ...]
@@ -147,7 +147,7 @@ class SimulationStudy:
 
     @property
     def confident_swap_seeds(self) -> float:
-        """Share of seeds with a pair that full MAD's intervals separate and the policy orders the other way."""
+        """Share of seeds with a pair that full MAD's intervals separate and the policy orders otherwise."""
         return float(np.mean(self._per_seed("confident_swaps") > 0))
 
     @property

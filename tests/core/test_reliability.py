@@ -1,4 +1,4 @@
-"""Per-annotator reliability: estimated from gold and from agreement with many others, never self-certified."""
+"""Per-annotator reliability: from gold and from agreement with many others, never self-certified."""
 
 import numpy as np
 import pytest

@@ -133,7 +133,6 @@ def test_confusing_images_fool_everyone_at_once():
     truth = np.ones(50_000, dtype=bool)
     crowd = crowd_on(truth, CrowdConfig(confusing=0.5))
     wrong = ~crowd.votes
-    rates = wrong.mean(axis=1)
     # Half the images: every vote wrong with 0.3 (not 0.05), so wrong votes cluster on those images.
     assert wrong.mean() == pytest.approx(0.5 * 0.05 + 0.5 * 0.3, abs=0.01)
     assert np.corrcoef(wrong[:, 0], wrong[:, 1])[0, 1] > 0.05
