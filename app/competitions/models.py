@@ -68,9 +68,10 @@ class Competition(Base):
     members_only: Mapped[bool] = mapped_column(default=False)
     """Open to every annotator (False) or only to its members (CompetitionMember); admins label in all."""
     sampling: Mapped[Sampling] = mapped_column(str_enum(Sampling), default=Sampling.uniform)
-    annotator_reliability: Mapped[float | None]
-    """Under active sampling: the annotators' accuracy (app.core.active.reliability_from_pairs) at the last
-    refresh of the policy, which decides questions early; null before the first."""
+    yes_share: Mapped[float | None]
+    """Under active sampling: the share of "yes" among the decided questions at the policy's last refresh
+    (app.core.reliability.base_rate), the base rate of an early decision's posterior; null before the
+    first refresh, when nothing is decided early."""
     settled: Mapped[bool] = mapped_column(default=False)
     """Under active sampling: the policy's last refresh found the ranking settled, so the queue offers
     nothing more (app.labelling.active_sampling.policy)."""

@@ -55,6 +55,9 @@ DEFAULT_MAX_FLIP = 0.25
 """... and no pair of neighbours has a larger chance than this of being reversed."""
 POOLING_STRENGTH = 4.0
 """κ: images' worth of the pooled prior on a pair's outcome shares (pooled_outcome_prior)."""
+DEFAULT_MIN_IMAGES = 10
+"""Labelled images every pair with open ones needs before the ranking may settle: the rank intervals'
+bootstrap resamples a pair's labelled images, and below ten it reads three alike as certainty."""
 MIN_PRIORITY = 1e-12
 """An open pair of an unsettled ranking is never parked: its priority is at least this."""
 
@@ -224,6 +227,7 @@ def active_policy(
     alpha: float = 1.0,
     expected_swaps: float = DEFAULT_EXPECTED_SWAPS,
     max_flip: float = DEFAULT_MAX_FLIP,
+    min_images: int = DEFAULT_MIN_IMAGES,
 ) -> PolicyDecision:
     """Settled once full MAD is expected to reverse at most `expected_swaps` neighbours of the ranking
     (Σ F_uv, `neighbour_flips`) and none with a chance above `max_flip` (a near-tie is labelled out rather
@@ -241,8 +245,12 @@ def active_policy(
     reported = perron_rank(dominance_matrix(pairwise_accuracy(counts, alpha))).scores
     forecast = forecast_full_mad(counts, open_images, alpha)
     risk = neighbour_flips(reported, forecast)
-    settled = bool(risk.flip.sum() <= expected_swaps and risk.flip.max(initial=0.0) <= max_flip)
     still_open = np.maximum(open_images, 0)
+    short = (still_open > 0) & (counts.n < min_images)
+    np.fill_diagonal(short, False)
+    settled = bool(
+        risk.flip.sum() <= expected_swaps and risk.flip.max(initial=0.0) <= max_flip and not short.any()
+    )
     pair_settled = (still_open <= 0) | settled
     np.fill_diagonal(pair_settled, True)
     variance = risk.variance_by_pair.sum(axis=(1, 2))

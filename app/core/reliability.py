@@ -8,12 +8,13 @@ tell r_a (docs/architecture.md, Active sampling):
   (`unbiased_votes`): a and b agree with chance q_ab = r_a·r_b + (1 − r_a)(1 − r_b), so their agreements
   say r̂_a = (q̂_ab − (1 − r_b)) / (2r_b − 1), worth n_ab·(2r_b − 1)²·r_a(1 − r_a) / (q_ab(1 − q_ab))
   direct observations (the ratio of the two estimates' variances). One partner counts for at most
-  `PARTNER_CAP` pairs or `PARTNER_SHARE` of the annotator's pairs, whichever is more, so that agreement
-  with many different annotators is what vets someone, never agreement with one account.
+  `PARTNER_CAP` pairs or `PARTNER_SHARE` of the annotator's pairs with everyone else, whichever is more, so
+  that agreement with many different annotators is what vets someone, never agreement with one account.
 
 Each annotator's prior is the crowd's pooled accuracy, worth a0 + b0 answers (empirical Bayes under a
 Beta(`PRIOR`) hyperprior); the estimates are the fixed point of the pseudo-counts. An annotator is *vetted*
-once their evidence is worth `MIN_EVIDENCE` direct observations and no partner agrees with them more than
+once their evidence is worth `MIN_EVIDENCE` direct observations, their accuracy is at least
+`MIN_VETTED_ACCURACY`, and no partner agrees with them more than
 their reliabilities explain (`colluding_pairs`: a one-sided binomial test against the agreement expected
 from each one's reliability without the other, Bonferroni over the pairs tested): two accounts of one
 person, or two people copying one answer, lose their vetting together. Early decisions count only the
@@ -29,17 +30,21 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy.stats import binom
+from scipy.stats import beta, binom
 
 PRIOR = (4.0, 1.0)
 """Beta(a0, b0) hyperprior on the crowd's pooled accuracy (mean 0.8, worth 5 answers)."""
 PARTNER_CAP = 10
 """First-two-vote pairs with one partner that count towards an annotator's evidence, at most ..."""
-PARTNER_SHARE = 1 / 3
-"""... or this share of the annotator's pairs, when that is more: agreement with one partner never makes up
-more than a third of what vets someone, however small the crowd."""
+PARTNER_SHARE = 1 / 2
+"""... or half the annotator's pairs with everyone else, when that is more: one partner never counts for more
+than half of all the others together, however small the crowd (five annotators, four partners each, are
+not capped; an account voting only with one other is, at PARTNER_CAP)."""
 MIN_EVIDENCE = 20.0
 """Direct observations' worth of evidence an annotator needs before their votes may decide early."""
+MIN_VETTED_ACCURACY = 0.7
+"""... and an accuracy at least this: a vote of a worse annotator says too little to decide anything early
+(a spammer who always answers "no" comes out near 0.65, a coin-flipper near 0.5)."""
 MIN_PAIRS_TESTED = 10
 """Pairs two annotators need before their agreement is tested for collusion."""
 COLLUSION_LEVEL = 0.01
@@ -87,7 +92,7 @@ def pair_estimates(
     accuracy: np.ndarray, evidence: CrowdEvidence
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per pair row: (r̂ of a from b, its worth, r̂ of b from a, its worth), each partner capped at
-    max(PARTNER_CAP, PARTNER_SHARE × the annotator's pairs) pairs (module docstring)."""
+    max(PARTNER_CAP, PARTNER_SHARE × the annotator's pairs with the others) pairs (module docstring)."""
     total = evidence.pair_total.astype(float)
     observed = np.divide(evidence.pair_agreeing, total, out=np.zeros_like(total), where=total > 0)
     pairs_of = np.bincount(evidence.pair_a, total, evidence.annotators)
@@ -96,7 +101,7 @@ def pair_estimates(
     q = np.clip(r_a * r_b + (1 - r_a) * (1 - r_b), 1e-6, 1 - 1e-6)
     estimates, worths = [], []
     for own, partner, who in ((r_a, r_b, evidence.pair_a), (r_b, r_a, evidence.pair_b)):
-        allowed = np.maximum(PARTNER_CAP, PARTNER_SHARE * pairs_of[who])
+        allowed = np.maximum(PARTNER_CAP, PARTNER_SHARE * (pairs_of[who] - total))
         cap = np.minimum(1.0, allowed / np.maximum(total, 1.0))
         lever = 2 * partner - 1
         informative = lever > 0.05
@@ -124,6 +129,15 @@ class _Fit:
         """(r̄·(a0 + b0) + right) / (a0 + b0 + worth): an accuracy from these pseudo-counts."""
         a0, b0 = PRIOR
         return np.clip((self.pooled * (a0 + b0) + right) / (a0 + b0 + worth), 0.5, 1 - 1e-6)
+
+    def accuracy_upper(self, right: np.ndarray, worth: np.ndarray, level: float) -> np.ndarray:
+        """The `level` quantile of the Beta(r̄·(a0 + b0) + right, (1 − r̄)·(a0 + b0) + worth − right)
+        posterior of an accuracy from these pseudo-counts: as high as it plausibly is."""
+        a0, b0 = PRIOR
+        weight = a0 + b0
+        good = self.pooled * weight + np.maximum(right, 0.0)
+        bad = (1 - self.pooled) * weight + np.maximum(worth - right, 0.0)
+        return np.clip(beta.ppf(level, good, bad), 0.5, 1 - 1e-6)
 
 
 def fit_accuracy(evidence: CrowdEvidence, excluded: np.ndarray | None = None) -> _Fit:
@@ -154,26 +168,32 @@ def _pseudo_counts(accuracy: np.ndarray, evidence: CrowdEvidence, keep: np.ndarr
 
 
 def colluding_pairs(evidence: CrowdEvidence, fit: _Fit) -> np.ndarray:
-    """Pair rows whose agreement exceeds, one-sided at COLLUSION_LEVEL / (pairs tested), the q_ab of r_a
-    and r_b each without that row's pseudo-counts: P(X ≥ agreeing | n_ab, q_ab) under the binomial."""
+    """Pair rows whose agreement exceeds, one-sided at α = COLLUSION_LEVEL / (pairs tested), the highest
+    agreement their reliabilities make plausible: q_ab of r_a and r_b each at the 1 − α quantile of its
+    posterior without that row's pseudo-counts, and P(X ≥ agreeing | n_ab, q_ab) ≤ α under the binomial.
+    Two careful annotators agree nearly always, and so may two accounts of one careful person: only an
+    agreement their accuracies elsewhere cannot explain is flagged."""
     a, b = evidence.pair_a, evidence.pair_b
-    r_a = fit.accuracy_without(fit.right[a] - fit.from_b * fit.worth_a, fit.worth[a] - fit.worth_a)
-    r_b = fit.accuracy_without(fit.right[b] - fit.from_a * fit.worth_b, fit.worth[b] - fit.worth_b)
-    expected = r_a * r_b + (1 - r_a) * (1 - r_b)
     tested = evidence.pair_total >= MIN_PAIRS_TESTED
+    level = COLLUSION_LEVEL / max(1, int(tested.sum()))
+    r_a = fit.accuracy_upper(fit.right[a] - fit.from_b * fit.worth_a, fit.worth[a] - fit.worth_a, 1 - level)
+    r_b = fit.accuracy_upper(fit.right[b] - fit.from_a * fit.worth_b, fit.worth[b] - fit.worth_b, 1 - level)
+    expected = r_a * r_b + (1 - r_a) * (1 - r_b)
     tail = binom.sf(evidence.pair_agreeing - 1, evidence.pair_total, expected)
-    return tested & (tail <= COLLUSION_LEVEL / max(1, int(tested.sum())))
+    return tested & (tail <= level)
 
 
 def annotator_reliability(evidence: CrowdEvidence) -> AnnotatorReliability:
     """Accuracy and evidence per annotator (`fit_accuracy`, colluding pairs left out), vetted when the
-    evidence reaches MIN_EVIDENCE and the annotator is in no colluding pair."""
+    evidence reaches MIN_EVIDENCE, the accuracy MIN_VETTED_ACCURACY, and the annotator is in no colluding
+    pair."""
     colluding = colluding_pairs(evidence, fit_accuracy(evidence))
     fit = fit_accuracy(evidence, excluded=colluding)
     suspect = np.zeros(evidence.annotators, dtype=bool)
     suspect[evidence.pair_a[colluding]] = True
     suspect[evidence.pair_b[colluding]] = True
-    return AnnotatorReliability(fit.accuracy, fit.worth, (fit.worth >= MIN_EVIDENCE) & ~suspect, colluding)
+    vetted = (fit.worth >= MIN_EVIDENCE) & (fit.accuracy >= MIN_VETTED_ACCURACY) & ~suspect
+    return AnnotatorReliability(fit.accuracy, fit.worth, vetted, colluding)
 
 
 def vote_weight(reliability: AnnotatorReliability) -> np.ndarray:

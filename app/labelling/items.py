@@ -18,16 +18,18 @@ several connections:
    then the flag.
 """
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import select
+from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
 from app.errors import NotFound
 from app.labelling import rules
-from app.labelling.models import AssignmentStatus, LabelItem, Question
+from app.labelling.models import AssignmentStatus, LabelItem, Question, Vote
 from app.labelling.statements import assignment_upsert
-from app.labelling.types import LabellingSettings, early_votes
+from app.labelling.types import LabellingSettings, early_rule
+from app.users.models import User
 
 LEASE_TTL = timedelta(minutes=2)
 
@@ -78,9 +80,48 @@ def refresh_needed(db_session: Session, competition: LabellingSettings, items: l
         by_image[question.image_id].append(question)
     for item in items:
         item.needed = rules.needed(
-            item.discarded, by_image[item.image_id], competition.panel_size, early_votes(competition)
+            item.discarded, by_image[item.image_id], competition.panel_size, early_rule(competition)
         )
     db_session.flush()
+
+
+@dataclass(frozen=True)
+class CountedVotes:
+    """A question's counted votes (of annotators whose votes are not excluded): yes, no, and the Σ of their
+    weights, None when one of them carried none (rules.with_vote)."""
+
+    yes: int
+    no: int
+    evidence: float | None
+
+
+def counted_votes(db_session: Session, question_ids: list[int]) -> dict[int, CountedVotes]:
+    """CountedVotes of each of these questions that has any (the others have none: 0, 0, evidence 0)."""
+    rows = db_session.execute(
+        select(
+            Vote.question_id,
+            func.sum(case((Vote.answer, 1), else_=0)).label("yes"),
+            func.sum(case((Vote.answer, 0), else_=1)).label("no"),
+            func.count(Vote.weight).label("weighted"),
+            func.count().label("votes"),
+            func.coalesce(func.sum(Vote.weight), 0.0).label("evidence"),
+        )
+        .join(User, User.id == Vote.user_id)
+        .where(Vote.question_id.in_(question_ids), ~User.votes_excluded)
+        .group_by(Vote.question_id)
+    )
+    return {
+        row.question_id: CountedVotes(
+            int(row.yes), int(row.no), float(row.evidence) if row.weighted == row.votes else None
+        )
+        for row in rows
+    }
+
+
+def recount(question: Question, counted: CountedVotes | None) -> None:
+    """Set a question's counts and evidence to its counted votes' (none: 0, 0, 0)."""
+    counted = counted or CountedVotes(0, 0, 0.0)
+    question.yes_votes, question.no_votes, question.early_evidence = counted.yes, counted.no, counted.evidence
 
 
 def set_assignment(

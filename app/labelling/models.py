@@ -78,6 +78,9 @@ class Question(Base):
     gold_answer: Mapped[bool | None]
     yes_votes: Mapped[int] = mapped_column(default=0)
     no_votes: Mapped[int] = mapped_column(default=0)
+    early_evidence: Mapped[float | None] = mapped_column(default=0.0)
+    """Σ of the counted votes' weights (Vote.weight) while every voter was vetted, null once one was not:
+    the evidence an early decision under active sampling reads (app.core.active.decided_early)."""
     adjudicated: Mapped[bool] = mapped_column(default=False)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
@@ -102,6 +105,9 @@ class Vote(Base):
     answer: Mapped[bool]
     seconds: Mapped[float | None]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    weight: Mapped[float | None]
+    """What the vote carried when cast under active sampling: the voter's log(r / (1 − r)) if vetted
+    (AnnotatorReliability.weight), else null (as under uniform sampling)."""
 
 
 class GoldAnswer(Base):
@@ -175,10 +181,12 @@ Index(
     LabelItem.competition_id,
     LabelItem.needed,
     LabelItem.priority.desc(),
-    LabelItem.spread,
     LabelItem.shuffle,
 )
-"""The active queue's order (app.labelling.statements.ACTIVE_QUEUE_HEAD), one index scan."""
+"""The active queue's order (app.labelling.statements.ACTIVE_QUEUE_HEAD), one index scan: within a priority
+level at random, so that a pair that stops has labelled a fair sample of its images."""
+Index("ix_label_items_floor", LabelItem.competition_id, LabelItem.needed, LabelItem.shuffle)
+"""The uniform floor of the active queue's picks (ACTIVE_FLOOR_HEAD): at random among the unparked items."""
 
 
 class AssignmentStatus(StrEnum):
@@ -301,3 +309,53 @@ class ActivePolicy(Base):
     votes_used: Mapped[int] = mapped_column(default=0)
     full_design_votes: Mapped[int] = mapped_column(default=0)
     refreshed_at: Mapped[datetime | None]
+    tallied_through: Mapped[datetime | None]
+    """Questions decided up to this time are in the annotators' tallies (AnnotatorAgreement, decided_yes)."""
+    decided_yes: Mapped[int] = mapped_column(default=0)
+    decided_regular: Mapped[int] = mapped_column(default=0)
+    """Regular questions decided (and how many "yes") up to tallied_through: the base rate of "yes"."""
+    expected_swaps: Mapped[float | None]
+    """At the last refresh: the pairs of neighbours in the ranking that full MAD is expected to reverse
+    (app.core.active.active_policy); null before the first."""
+
+
+class AnnotatorReliability(Base):
+    """An annotator's reliability in a competition at the active policy's last refresh
+    (app.core.reliability): accuracy, the evidence behind it (in direct observations' worth), whether they
+    are vetted and the weight their vote then carries in an early decision, whether a partner agrees with
+    them beyond their reliabilities (collusion), and their gold record (first answers)."""
+
+    __tablename__ = "annotator_reliabilities"
+
+    competition_id: Mapped[int] = mapped_column(
+        ForeignKey("competitions.id", ondelete="CASCADE"), primary_key=True, autoincrement=False
+    )
+    user_id: Mapped[int] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), primary_key=True, autoincrement=False
+    )
+    accuracy: Mapped[float]
+    evidence: Mapped[float]
+    vetted: Mapped[bool]
+    weight: Mapped[float | None]
+    colluding: Mapped[bool]
+    gold_answered: Mapped[int]
+    gold_right: Mapped[int]
+
+
+class AnnotatorAgreement(Base):
+    """Two annotators (user_a_id < user_b_id) in a competition: the decided questions on which both cast a
+    vote no stopping rule chose (app.core.reliability.unbiased_votes), and on how many they agreed."""
+
+    __tablename__ = "annotator_agreements"
+
+    competition_id: Mapped[int] = mapped_column(
+        ForeignKey("competitions.id", ondelete="CASCADE"), primary_key=True, autoincrement=False
+    )
+    user_a_id: Mapped[int] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), primary_key=True, autoincrement=False
+    )
+    user_b_id: Mapped[int] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), primary_key=True, autoincrement=False
+    )
+    questions: Mapped[int]
+    agreeing: Mapped[int]

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session, aliased
 from app.competitions.models import Competition
 from app.labelling import rules
 from app.labelling.models import PairImage, PairImageRole, PairSubset, Question
-from app.labelling.types import early_votes
+from app.labelling.types import early_rule
 
 QUESTION_A = aliased(Question, name="question_a")
 QUESTION_B = aliased(Question, name="question_b")
@@ -104,10 +104,12 @@ def annotators_to_first_label(
     if not pairs:
         return {}
     wanted = set(pairs)
-    early = early_votes(competition)
+    early = early_rule(competition)
     needed: dict[tuple[int, int], int | None] = {}
-    votes_a = (QUESTION_A.yes_votes, QUESTION_A.no_votes, QUESTION_A.outcome, QUESTION_A.gold_answer)
-    votes_b = (QUESTION_B.yes_votes, QUESTION_B.no_votes, QUESTION_B.outcome, QUESTION_B.gold_answer)
+    votes_a, votes_b = (
+        (question.yes_votes, question.no_votes, question.early_evidence, question.outcome, question.gold_answer)
+        for question in (QUESTION_A, QUESTION_B)
+    )
     selected = and_(PairImage.subset_id == PairSubset.id, PairImage.role == PairImageRole.selected)
     rows = db_session.execute(
         with_pair_questions(
@@ -125,16 +127,20 @@ def annotators_to_first_label(
         known = needed.setdefault((a_id, b_id), None)
         if image_id is None:
             continue
-        questions = [_vote_counts(*counts[:4]), _vote_counts(*counts[4:])]
+        questions = [_vote_counts(*counts[:5]), _vote_counts(*counts[5:])]
         image_needs = rules.annotators_to_decide(questions, competition.panel_size, early)
         needed[(a_id, b_id)] = image_needs if known is None else min(known, image_needs)
     return needed
 
 
-def _vote_counts(yes_votes, no_votes, outcome, gold_answer) -> SimpleNamespace:
+def _vote_counts(yes_votes, no_votes, early_evidence, outcome, gold_answer) -> SimpleNamespace:
     """A question's counts as rules reads them (no votes yet when the question is missing)."""
     return SimpleNamespace(
-        yes_votes=yes_votes or 0, no_votes=no_votes or 0, outcome=outcome, gold_answer=gold_answer
+        yes_votes=yes_votes or 0,
+        no_votes=no_votes or 0,
+        early_evidence=0.0 if yes_votes is None else early_evidence,
+        outcome=outcome,
+        gold_answer=gold_answer,
     )
 
 

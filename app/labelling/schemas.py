@@ -349,11 +349,34 @@ class SamplingUpdate(BaseModel):
     )
 
 
+class EarlyDecisionsRead(BaseModel):
+    """What early decisions rely on under active sampling, at the policy's last run (README, Active
+    sampling)."""
+
+    annotators: int = Field(description="Annotators whose reliability the policy estimated.")
+    vetted: int = Field(
+        description="Annotators vetted on their own (gold answers and agreement with many others): only "
+        "their unanimous votes may decide a question before a strict majority of the panel."
+    )
+    colluding: int = Field(
+        description="Annotators in a pair whose agreement with each other is out of line with their "
+        "agreement with everyone else: never vetted."
+    )
+    gold_answers: int = Field(description="First answers to gold questions counted.")
+    decided_early: int = Field(description="Regular questions decided with fewer votes than a strict majority.")
+    warning: str | None = Field(description="Why early decisions rest on thin ground, if they do.")
+
+    @classmethod
+    def of(cls, basis) -> "EarlyDecisionsRead":
+        """The API view of an EarlyDecisionBasis."""
+        return cls(**vars(basis))
+
+
 class SamplingRead(BaseModel):
     """A competition's sampling and, under active sampling, the policy's last decision."""
 
     sampling: Sampling
     settled: bool = Field(description="Active sampling: the policy found the ranking settled.")
-    annotator_reliability: float | None = Field(
-        description="Active sampling: the annotators' accuracy the policy last estimated (null before)."
+    early_decisions: EarlyDecisionsRead | None = Field(
+        description="Active sampling: what early decisions rely on (null under uniform sampling)."
     )

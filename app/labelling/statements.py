@@ -127,13 +127,13 @@ def _queue_head(parked_left_out: bool, *order) -> HotStatement:
 QUEUE_HEAD = _queue_head(False, _items.c.needed, _items.c.spread, _items.c.shuffle)
 """The first open item in queue order that the annotator has not finished or flagged and that has a free
 lease slot (other annotators' running leases fewer than the votes it needs), locked, skipping locked ones."""
-ACTIVE_QUEUE_HEAD = _queue_head(
-    True, _items.c.needed, _items.c.priority.desc(), _items.c.spread, _items.c.shuffle
-)
-"""QUEUE_HEAD under active sampling: partly voted first, then the highest priority
-(ix_label_items_active_queue), never a parked item."""
-ACTIVE_FLOOR_HEAD = _queue_head(True, _items.c.needed, _items.c.spread, _items.c.shuffle)
-"""QUEUE_HEAD's order among the items active sampling has not parked: the uniform floor of its picks."""
+ACTIVE_QUEUE_HEAD = _queue_head(True, _items.c.needed, _items.c.priority.desc(), _items.c.shuffle)
+"""QUEUE_HEAD under active sampling: partly voted first, then the highest priority and within a level at
+random (ix_label_items_active_queue), never a parked item: a pair that stops has labelled a fair sample of
+its images, not the top of its list."""
+ACTIVE_FLOOR_HEAD = _queue_head(True, _items.c.needed, _items.c.shuffle)
+"""The uniform floor of active sampling's picks: at random among the items it has not parked
+(ix_label_items_floor)."""
 
 LABEL_SET = select(
     _competitions.c.class_keys,
@@ -342,6 +342,7 @@ IMAGE_QUESTIONS = HotStatement(
         _questions.c.id,
         _questions.c.yes_votes,
         _questions.c.no_votes,
+        _questions.c.early_evidence,
         _questions.c.outcome,
         _questions.c.decided_at,
         _questions.c.gold_answer,
@@ -376,17 +377,25 @@ IMAGE_QUESTIONS = HotStatement(
 they have undone, and their assignment's status on the item and when it was last handed to them or
 answered: the server's clock for the seconds of their answers)."""
 GOLD_VOTE_COUNTS = (
-    select(_votes.c.question_id, _votes.c.answer, func.count().label("votes"))
+    select(
+        _votes.c.question_id,
+        _votes.c.answer,
+        func.count().label("votes"),
+        func.count(_votes.c.weight).label("weighted"),
+        func.coalesce(func.sum(_votes.c.weight), 0.0).label("evidence"),
+    )
     .where(_votes.c.question_id.in_(bindparam("question_ids", expanding=True)))
     .group_by(_votes.c.question_id, _votes.c.answer)
 )
-"""Yes and no answers stored on these (gold) questions, by question and answer."""
+"""Yes and no answers stored on these (gold) questions, by question and answer, with how many carried a
+weight and their sum."""
 UPDATE_COUNTS = HotStatement(
     update(_questions)
     .where(_questions.c.id == bindparam("question_id"))
     .values(
         yes_votes=bindparam("yes"),
         no_votes=bindparam("no"),
+        early_evidence=bindparam("evidence"),
         outcome=bindparam("new_outcome"),
         decided_at=bindparam("new_decided_at"),
     )
@@ -399,6 +408,7 @@ INSERT_VOTE = HotStatement(
         answer=bindparam("answer"),
         seconds=bindparam("seconds"),
         created_at=bindparam("created_at"),
+        weight=bindparam("weight"),
     )
 )
 

@@ -31,7 +31,7 @@ from app.labelling.models import (
     Question,
 )
 from app.labelling.statements import ITEM_OF_IMAGE
-from app.labelling.types import LabellingSettings, PairEntry, early_votes
+from app.labelling.types import LabellingSettings, PairEntry, early_rule
 
 SHUFFLE_RANGE = 2**31
 
@@ -183,7 +183,7 @@ def ask(
                     "spread": images[image_id][0],
                     "shuffle": random.randrange(SHUFFLE_RANGE),
                     "needed": rules.votes_still_needed(
-                        0, 0, competition.panel_size, early_votes(competition)
+                        0, 0, competition.panel_size, early_rule(competition), 0.0
                     ),
                 }
                 for image_id in new_images

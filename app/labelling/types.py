@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Literal, Protocol
 
 from app.competitions.models import Competition, Sampling
-from app.core.active import reliability_from_pairs
+from app.core.active import DEFAULT_GOLD_RATE
 from app.labelling import rules
 from app.users.models import Role
 
@@ -119,14 +119,17 @@ class Labeller:
     locale: str
     """The language questions are asked in: the account's setting, else the request's Accept-Language
     (app.i18n.choose_locale)."""
+    weight: float | None = None
+    """Under active sampling, what the account's vote carries in an early decision in the competition
+    (AnnotatorReliability.weight): None when not vetted (or not read)."""
 
 
 @dataclass(frozen=True)
 class LabellingSettings:
     """What labelling reads of a competition: its id, its creation time and translations version (which
     key the cached class names), the panel size, the gold rate and the gold accuracy that pauses an
-    annotator, its sampling, and the annotators' reliability (None before it) and whether the ranking was
-    settled at the active policy's last refresh."""
+    annotator, its sampling, and the share of "yes" among decided questions (None before it) and whether
+    the ranking was settled at the active policy's last refresh."""
 
     id: int
     created_at: datetime
@@ -136,7 +139,7 @@ class LabellingSettings:
     gold_min_answers: int
     translations_version: int
     sampling: Sampling = Sampling.uniform
-    annotator_reliability: float | None = None
+    yes_share: float | None = None
     settled: bool = False
 
     @classmethod
@@ -151,7 +154,7 @@ class LabellingSettings:
             competition.gold_min_answers,
             competition.translations_version,
             Sampling(competition.sampling),
-            competition.annotator_reliability,
+            competition.yes_share,
             competition.settled,
         )
 
@@ -164,7 +167,7 @@ class Sampled(Protocol):
     @property
     def sampling(self) -> Sampling: ...
     @property
-    def annotator_reliability(self) -> float | None: ...
+    def yes_share(self) -> float | None: ...
     @property
     def settled(self) -> bool: ...
 
@@ -179,12 +182,18 @@ def nothing_useful_left(competition: Sampled) -> bool:
     return actively_sampled(competition) and competition.settled
 
 
-def early_votes(competition: Sampled) -> int | None:
-    """The agreeing votes that decide a question early under active sampling (rules.early_agreement, with
-    the prior's reliability before the policy's first refresh); None under uniform sampling."""
-    if not actively_sampled(competition):
+def early_rule(competition: Sampled) -> rules.EarlyRule | None:
+    """What decides a question early under active sampling (rules.EarlyRule at the competition's share of
+    "yes"); None under uniform sampling and before the policy's first refresh."""
+    if not actively_sampled(competition) or competition.yes_share is None:
         return None
-    reliability = competition.annotator_reliability
-    return rules.early_agreement(
-        competition.panel_size, reliability_from_pairs(0, 0) if reliability is None else reliability
-    )
+    return rules.EarlyRule.of(competition.yes_share)
+
+
+def handed_out_gold_rate(competition: LabellingSettings) -> float:
+    """The chance that an image handed out is gold: the competition's gold rate, or under active sampling
+    DEFAULT_GOLD_RATE when it sets none (gold, where the competition has any, is what vets annotators on
+    their own: app.core.reliability)."""
+    if competition.gold_rate > 0 or not actively_sampled(competition):
+        return competition.gold_rate
+    return DEFAULT_GOLD_RATE

@@ -6,6 +6,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.classifiers.enums import ClassifierStatus
 from app.jobs.schemas import PairSelectionRead
+from app.labelling.schemas import EarlyDecisionsRead
 
 
 class BootstrapSettings(BaseModel):
@@ -110,10 +111,10 @@ class ActiveSamplingRead(BaseModel):
     """What active sampling settled and what it cost (issue 24; README, Active sampling)."""
 
     settled: bool = Field(
-        description="The policy's stop rule holds at its last run: every pair is decided by its bootstrap "
-        "(docs/architecture.md, Active sampling: its order reversed in few refits once it has enough "
-        "images), hopeless to decide, or without images left; the queue then offers nothing more. While "
-        "false, every classifier is provisional."
+        description="The policy's stop rule holds at its last run: full MAD (every selected image labelled) "
+        "is expected to reverse at most 0.5 pairs of neighbours of the ranking, and none with a chance above "
+        "25% (docs/architecture.md, Active sampling); the queue then offers nothing more. While false, every "
+        "classifier is provisional."
     )
     status: str = Field(description="`settled` or `provisional`, as `settled` says.")
     votes_used: int = Field(description="Votes stored on the competition's regular questions.")
@@ -123,9 +124,12 @@ class ActiveSamplingRead(BaseModel):
     informative_pairs: list[InformativePair] = Field(
         description="Pairs still worth labelling at the policy's last run, most informative first."
     )
-    annotator_reliability: float | None = Field(
-        description="The annotators' accuracy the policy last estimated, which lets agreeing votes decide "
-        "a question before a full majority (null before its first run)."
+    expected_swaps: float | None = Field(
+        description="At the policy's last run: the pairs of neighbours in the ranking that full MAD is "
+        "expected to order the other way (null before its first run)."
+    )
+    early_decisions: EarlyDecisionsRead = Field(
+        description="What questions decided before a strict majority of the panel rely on."
     )
     refreshed_at: datetime | None = Field(description="When the policy last ran.")
 

@@ -6,6 +6,8 @@ from sqlalchemy.orm import Session
 from app.classifiers.service import list_classifiers
 from app.competitions.models import Competition
 from app.labelling.active_sampling.policy import FULL_DESIGN, active_cost, last_decision
+from app.labelling.active_sampling.reliability import early_decision_basis
+from app.labelling.schemas import EarlyDecisionsRead
 from app.labelling.types import actively_sampled
 from app.leaderboard.schemas import ActiveSamplingRead, InformativePair
 
@@ -14,9 +16,9 @@ def active_provisional_rule(level: float, spread: int) -> str:
     """The provisional rule under active sampling: the rank interval, and the policy's stop rule."""
     return (
         f"Under active sampling a classifier is provisional while its {level:.0%} bootstrap rank interval "
-        f"spans more than {spread + 1} ranks, or until the policy's stop rule settles the ranking (every "
-        "pair decided by its bootstrap, or without images left); the stop rule replaces the paper's minimum "
-        "of labelled images per pair."
+        f"spans more than {spread + 1} ranks, or until the policy's stop rule settles the ranking (full MAD, "
+        "every selected image labelled, expected to reverse at most half a pair of neighbours and none "
+        "with a chance above 25%); the stop rule replaces the paper's minimum of labelled images per pair."
     )
 
 
@@ -43,6 +45,9 @@ def active_sampling(db_session: Session, competition: Competition) -> ActiveSamp
             for a, b in pairs
             if a in names and b in names
         ],
-        annotator_reliability=competition.annotator_reliability,
+        expected_swaps=None if decision is None else decision.expected_swaps,
+        early_decisions=EarlyDecisionsRead.of(
+            early_decision_basis(db_session, competition.id, competition.panel_size)
+        ),
         refreshed_at=None if decision is None else decision.refreshed_at,
     )

@@ -97,7 +97,7 @@ def test_gold_alone_vets_and_shows_a_spammer_for_what_they_are():
         pair_agreeing=np.zeros(0, dtype=np.int64),
     )
     reliability = annotator_reliability(evidence)
-    assert reliability.vetted.all()
+    assert reliability.vetted.tolist() == [True, True, False], "0.6 is too poor to decide anything early"
     assert reliability.accuracy == pytest.approx(accuracy, abs=0.04)
 
 

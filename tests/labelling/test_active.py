@@ -1,5 +1,6 @@
-"""Active sampling through the HTTP API (issue 24): the same small competition labelled by the same truthful
-annotators under uniform and under active sampling; the dynamic panel; the sampling setting."""
+"""Active sampling through the HTTP API (issues 24 and 33): the same small competition labelled by the same
+truthful annotators under uniform and under active sampling; the dynamic panel of annotators each vetted on
+their own, which two accounts of one person cannot pass together; the sampling setting."""
 
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -10,10 +11,17 @@ import numpy as np
 from sqlalchemy import func, select
 
 from app.competitions.models import Competition, Sampling
-from app.core.active import reliability_from_pairs
+from app.core.reliability import unbiased_votes
 from app.labelling.active_sampling.policy import refresh
 from app.labelling.active_sampling.policy_runner import ready
-from app.labelling.models import ActivePolicy, LabelItem, Question, Vote
+from app.labelling.models import (
+    ActivePolicy,
+    AnnotatorAgreement,
+    AnnotatorReliability,
+    LabelItem,
+    Question,
+    Vote,
+)
 from app.labelling.quality_control.annotators import set_votes_excluded
 from app.labelling.subsets import store_pair_subset
 from app.users.models import User
@@ -165,40 +173,105 @@ def test_an_admin_goes_on_to_the_full_design_after_active_sampling_settled(clien
     assert sum(s["labelled_images"] for s in board["classifiers"]) == 2 * 6 * K
 
 
-def first_two_pairs(db_session, competition: Competition) -> tuple[int, int]:
-    """(agreeing, disagreeing) first two counted votes (by time, then id) of each regular question that has
-    two, decided or not, read vote by vote."""
+def unbiased_pairs(db_session, competition: Competition) -> dict[tuple[int, int], tuple[int, int]]:
+    """(questions, agreeing) per pair of annotators (a < b) over the votes no stopping rule chose of each
+    decided regular question (the first two, or the first three when its first two voters were not both
+    vetted), read vote by vote; excluded annotators' votes left out."""
     rows = db_session.execute(
-        select(Vote.question_id, Vote.answer)
+        select(Vote.question_id, Vote.user_id, Vote.answer, Vote.weight)
         .join(Question, Question.id == Vote.question_id)
         .join(User, User.id == Vote.user_id)
-        .where(Vote.competition_id == competition.id, Question.gold_answer.is_(None), ~User.votes_excluded)
+        .where(
+            Vote.competition_id == competition.id,
+            Question.gold_answer.is_(None),
+            Question.outcome.is_not(None),
+            ~User.votes_excluded,
+        )
         .order_by(Vote.created_at, Vote.id)
     ).all()
-    first: dict[int, list[bool]] = {}
-    for question_id, answer in rows:
-        first.setdefault(question_id, []).append(answer)
-    pairs = [answers[0] == answers[1] for answers in first.values() if len(answers) >= 2]
-    return sum(pairs), len(pairs) - sum(pairs)
+    by_question: dict[int, list] = {}
+    for row in rows:
+        by_question.setdefault(row.question_id, []).append(row)
+    tallies: dict[tuple[int, int], list[int]] = {}
+    for cast in by_question.values():
+        eligible = len(cast) >= 2 and None not in (cast[0].weight, cast[1].weight)
+        for x, y in combinations(cast[: unbiased_votes(5, eligible, len(cast))], 2):
+            tally = tallies.setdefault((min(x.user_id, y.user_id), max(x.user_id, y.user_id)), [0, 0])
+            tally[0] += 1
+            tally[1] += x.answer == y.answer
+    return {pair: (total, agreeing) for pair, (total, agreeing) in tallies.items()}
 
 
-def test_the_reliability_is_the_agreement_of_the_first_two_counted_votes(client, db_session):
-    accounts = users_with_tokens(db_session, "ann", 4)
-    competition, truth = build(db_session, "noisy", Sampling.active, images=4, k=4)
+def stored_pairs(db_session, competition: Competition) -> dict[tuple[int, int], tuple[int, int]]:
+    """The policy's AnnotatorAgreement tallies of the competition."""
+    rows = db_session.execute(
+        select(
+            AnnotatorAgreement.user_a_id,
+            AnnotatorAgreement.user_b_id,
+            AnnotatorAgreement.questions,
+            AnnotatorAgreement.agreeing,
+        ).where(AnnotatorAgreement.competition_id == competition.id)
+    ).all()
+    return {(a, b): (total, agreeing) for a, b, total, agreeing in rows}
+
+
+def reliabilities(db_session, competition: Competition) -> dict[int, AnnotatorReliability]:
+    """Each annotator's reliability row, by user id."""
+    rows = db_session.scalars(
+        select(AnnotatorReliability)
+        .where(AnnotatorReliability.competition_id == competition.id)
+        .execution_options(populate_existing=True)
+    )
+    return {row.user_id: row for row in rows}
+
+
+def test_each_annotator_is_vetted_on_their_own_and_a_liar_is_not(client, db_session, admin_headers):
+    accounts = users_with_tokens(db_session, "ann", 5)
+    competition, truth = build(db_session, "noisy", Sampling.uniform, images=4, k=12)
     tokens = [token for _, token in accounts]
     label_all(client, db_session, competition, truth, tokens, liars=frozenset({1}))
-    refresh(db_session, competition)  # on the last decisions too
-    db_session.commit()
-    agreeing, disagreeing = first_two_pairs(db_session, competition)
-    assert agreeing and disagreeing, "the liar splits some first pairs"
-    assert competition.annotator_reliability == reliability_from_pairs(agreeing, disagreeing)
-    set_votes_excluded(db_session=db_session, user=db_session.get(User, accounts[1][0]), votes_excluded=True)
+    assert stored_pairs(db_session, competition) == {}, "uniform sampling keeps no tallies"
+    path = f"/api/v1/competitions/{competition.id}/labelling/sampling"
+    switched = client.put(path, json={"sampling": "active"}, headers=admin_headers).json()
+    db_session.refresh(competition)
+    assert stored_pairs(db_session, competition) == unbiased_pairs(db_session, competition)
+    estimated = reliabilities(db_session, competition)
+    liar, honest = accounts[1][0], [user_id for user_id, _ in accounts if user_id != accounts[1][0]]
+    assert estimated[liar].accuracy < 0.6 and not estimated[liar].vetted and estimated[liar].weight is None
+    assert all(estimated[user_id].vetted and estimated[user_id].accuracy > 0.9 for user_id in honest)
+    decided_yes = db_session.scalar(
+        select(func.count()).where(Question.competition_id == competition.id, Question.outcome.is_(True))
+    )
+    decided = db_session.scalar(
+        select(func.count()).where(Question.competition_id == competition.id, Question.outcome.is_not(None))
+    )
+    assert competition.yes_share == (1 + decided_yes) / (2 + decided)
+    assert switched["early_decisions"]["vetted"] == 4 and switched["early_decisions"]["annotators"] == 5
+    set_votes_excluded(db_session=db_session, user=db_session.get(User, liar), votes_excluded=True)
     refresh(db_session, competition)
     db_session.commit()
-    assert first_two_pairs(db_session, competition) != (agreeing, disagreeing)
-    assert competition.annotator_reliability == reliability_from_pairs(
-        *first_two_pairs(db_session, competition)
-    )
+    assert liar not in reliabilities(db_session, competition)
+
+
+def vet(db_session, competition: Competition, user_ids: list[int], accuracy: float = 0.95) -> None:
+    """Store these annotators as vetted at this accuracy and the share of "yes" at 0.35, as the policy
+    writes them after annotators have proven themselves (test_each_annotator_is_vetted_on_their_own)."""
+    for user_id in user_ids:
+        db_session.add(
+            AnnotatorReliability(
+                competition_id=competition.id,
+                user_id=user_id,
+                accuracy=accuracy,
+                evidence=100.0,
+                vetted=True,
+                weight=float(np.log(accuracy / (1 - accuracy))),
+                colluding=False,
+                gold_answered=0,
+                gold_right=0,
+            )
+        )
+    competition.yes_share = 0.35
+    db_session.commit()
 
 
 def answer_next_by(client, competition: Competition, tokens: list[str], answer: bool = True) -> list[tuple]:
@@ -223,11 +296,11 @@ def outcomes_of(db_session, item_id: int) -> list[bool | None]:
 
 
 def test_two_agreeing_votes_decide_under_active_sampling_and_a_majority_under_uniform(client, db_session):
-    tokens = [token for _, token in users_with_tokens(db_session, "ann", 3)]
+    accounts = users_with_tokens(db_session, "ann", 3)
+    tokens = [token for _, token in accounts]
     uniform, _ = build(db_session, "uniform", Sampling.uniform, images=1, k=1)
     active, _ = build(db_session, "active", Sampling.active, images=2, k=1)
-    active.annotator_reliability = 0.95  # as the policy estimates it from annotators who agree
-    db_session.commit()
+    vet(db_session, active, [user_id for user_id, _ in accounts[:2]])
     replies = answer_next_by(client, active, tokens[:2])
     assert replies[0][0] == replies[1][0]
     assert [reply["annotators_needed"] for _, reply in replies] == [1, 0]
@@ -240,19 +313,104 @@ def test_two_agreeing_votes_decide_under_active_sampling_and_a_majority_under_un
     assert outcomes_of(db_session, item_id) == [True, True]
 
 
-def test_a_disagreement_or_an_unproven_panel_needs_the_majority_under_active_sampling(client, db_session):
-    tokens = [token for _, token in users_with_tokens(db_session, "ann", 2)]
+def test_a_disagreement_or_an_unvetted_voter_needs_the_majority_under_active_sampling(client, db_session):
+    accounts = users_with_tokens(db_session, "ann", 2)
+    tokens = [token for _, token in accounts]
     unproven, _ = build(db_session, "unproven", Sampling.active, images=1, k=1)
+    unproven.yes_share = 0.35
+    vet(db_session, unproven, [accounts[0][0]])  # the second annotator is not vetted
     replies = answer_next_by(client, unproven, tokens)
-    assert [reply["annotators_needed"] for _, reply in replies] == [2, 1]
+    assert [reply["annotators_needed"] for _, reply in replies] == [1, 1]
+    assert outcomes_of(db_session, replies[0][0]) == [None, None]
     split, _ = build(db_session, "split", Sampling.active, images=2, k=1)
-    split.annotator_reliability = 0.95
-    db_session.commit()
+    vet(db_session, split, [user_id for user_id, _ in accounts])
     replies = answer_next_by(client, split, tokens[:1]) + answer_next_by(
         client, split, tokens[1:], answer=False
     )
     assert [reply["annotators_needed"] for _, reply in replies] == [1, 2]
     assert outcomes_of(db_session, replies[0][0]) == [None, None]
+
+
+def colluding_round(calls: list, truth: dict, image_of: dict) -> int:
+    """The first colluding account takes an image and answers every question falsely, the second takes the
+    next image (the queue hands partly voted ones first: the same) and copies those answers; images given."""
+    given = 0
+    copied: dict[str, bool] = {}
+    for call in calls:
+        reply = call.post("next")
+        if reply["status"] != "item":
+            continue
+        given += 1
+        item = reply["item"]
+        image = truth[image_of[item["item_id"]]]
+        answers = [
+            {
+                "question_id": q["question_id"],
+                "answer": copied.setdefault(q["class_name"], not image[q["class_name"]]),
+            }
+            for q in item["questions"]
+        ]
+        call.post("answers", {"answers": answers})
+    return given
+
+
+def honest_round(calls: list, truth: dict, image_of: dict) -> int:
+    """Each honest annotator labels one image truthfully; images given."""
+    given = 0
+    for call in calls:
+        reply = call.post("next")
+        if reply["status"] != "item":
+            continue
+        given += 1
+        item = reply["item"]
+        image = truth[image_of[item["item_id"]]]
+        answers = [
+            {"question_id": q["question_id"], "answer": image[q["class_name"]]} for q in item["questions"]
+        ]
+        call.post("answers", {"answers": answers})
+    return given
+
+
+def test_two_accounts_of_one_person_never_decide_a_question_alone(client, db_session):
+    accounts = users_with_tokens(db_session, "ann", 7)
+    colluders, honest = accounts[:2], accounts[2:]
+    competition, truth = build(db_session, "collusion", Sampling.active, images=6)
+    image_of = dict(
+        db_session.execute(
+            select(LabelItem.id, LabelItem.image_id).where(LabelItem.competition_id == competition.id)
+        ).all()
+    )
+    pair_calls, honest_calls = (
+        [LabellingCalls(client, competition.id, {"Authorization": f"Bearer {t}"}) for _, t in group]
+        for group in (colluders, honest)
+    )
+    for _ in range(15):  # honest annotators label first, and prove themselves to each other
+        honest_round(honest_calls, truth, image_of)
+    for _ in range(20):  # then the two accounts alone: every first pair of votes is theirs, and agrees
+        colluding_round(pair_calls, truth, image_of)
+    while colluding_round(pair_calls, truth, image_of) + honest_round(honest_calls, truth, image_of):
+        pass
+    refresh(db_session, competition)
+    db_session.commit()
+    pair = {user_id for user_id, _ in colluders}
+    voters: dict[int, set[int]] = {}
+    for question_id, user_id in db_session.execute(
+        select(Vote.question_id, Vote.user_id).where(Vote.competition_id == competition.id)
+    ):
+        voters.setdefault(question_id, set()).add(user_id)
+    decided = db_session.execute(
+        select(Question.id, Question.yes_votes, Question.no_votes).where(
+            Question.competition_id == competition.id, Question.outcome.is_not(None)
+        )
+    ).all()
+    together = [(yes, no) for question_id, yes, no in decided if pair <= voters.get(question_id, set())]
+    assert together, "the colluding accounts voted together"
+    assert all(yes + no >= 3 for yes, no in together), "a strict majority of 5 decides what they vote on"
+    early = [yes + no for question_id, yes, no in decided if not pair & voters.get(question_id, set())]
+    assert min(early) == 2, "vetted honest annotators do decide questions early"
+    estimated = reliabilities(db_session, competition)
+    assert not any(estimated[user_id].vetted for user_id in pair)
+    assert sum(estimated[user_id].vetted for user_id, _ in honest) >= 3
 
 
 def test_only_admins_choose_the_sampling_and_only_uniform_or_active(
@@ -266,7 +424,9 @@ def test_only_admins_choose_the_sampling_and_only_uniform_or_active(
     assert read["sampling"] == "uniform"
     changed = client.put(path, json={"sampling": "active"}, headers=admin_headers)
     assert changed.status_code == 200
-    assert changed.json() == {"sampling": "active", "settled": False, "annotator_reliability": 0.8}
+    assert changed.json()["sampling"] == "active" and changed.json()["settled"] is False
+    early = changed.json()["early_decisions"]
+    assert early["vetted"] == 0 and early["decided_early"] == 0 and "no gold questions" in early["warning"]
     read = client.get(f"/api/v1/competitions/{competition.id}", headers=admin_headers).json()
     assert read["sampling"] == "active"
     sign_in(client, "admin")

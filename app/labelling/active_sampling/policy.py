@@ -27,17 +27,17 @@ from app.core.active import (
     image_priorities,
     priority_levels,
     refresh_interval,
-    reliability_from_pairs,
 )
 from app.core.ranking import count_outcomes
+from app.core.reliability import base_rate
 from app.db.base import utcnow
 from app.db.statements import conflict_insert
 from app.labelling import rules
+from app.labelling.active_sampling.reliability import Tally, refit, tally_decided
 from app.labelling.items import lock_items, refresh_needed
 from app.labelling.models import ActivePolicy, LabelItem, PairImage, PairImageRole, PairSubset, Question, Vote
 from app.labelling.results import QUESTION_A, QUESTION_B, pair_outcomes, with_pair_questions
-from app.labelling.types import LabellingSettings, NextItemStatus, early_votes
-from app.users.models import User
+from app.labelling.types import LabellingSettings, NextItemStatus, early_rule
 
 FULL_DESIGN = (
     "every selected image's questions each labelled to a strict majority of the panel: the fewest votes the "
@@ -135,7 +135,6 @@ def refresh(db_session: Session, competition: Competition, counted: int = 0) -> 
     so that the item locks their writes take are held only to the end of the run's short last statements.
     None when fewer than two classifiers have pairs."""
     _lock_policy(db_session, competition.id)
-    before = early_votes(competition)
     by_pair = pair_outcomes(db_session=db_session, competition=competition)
     pairs = _open_pairs(db_session, competition, by_pair)
     m = len(pairs.index_of)
@@ -152,15 +151,24 @@ def refresh(db_session: Session, competition: Competition, counted: int = 0) -> 
         decision = active_policy(counts, pairs.open_images, alpha=competition.smoothing)
         levels = _changed_levels(db_session, competition, pairs, decision.priority)
         competition.settled = decision.settled and bool(counts.n.sum())
-    competition.annotator_reliability = _reliability(db_session, competition)
+    totals = _tally(db_session, competition)
+    refit(db_session, competition.id)
+    competition.yes_share = base_rate(totals.decided_yes, totals.decided)
     cost = active_cost(db_session, competition.id, competition.panel_size)
     db_session.flush()
-    settings = LabellingSettings.of(competition)
-    if early_votes(settings) != before:
-        redecide_open(db_session, settings)
     _write_levels(db_session, levels)
-    _write_policy_row(db_session, competition.id, pairs, decision, cost, counted)
+    _write_policy_row(db_session, competition.id, pairs, decision, cost, counted, totals)
     return decision
+
+
+def _tally(db_session: Session, competition: Competition) -> Tally:
+    """Tally the questions decided since the last refresh (reliability.tally_decided); the running totals."""
+    row = db_session.get(ActivePolicy, competition.id)
+    before = (
+        Tally(None, 0, 0) if row is None else Tally(row.tallied_through, row.decided_regular, row.decided_yes)
+    )
+    new = tally_decided(db_session, competition.id, competition.panel_size, before.through)
+    return Tally(new.through, before.decided + new.decided, before.decided_yes + new.decided_yes)
 
 
 def _open_pairs(
@@ -250,42 +258,6 @@ def _write_levels(db_session: Session, levels: Levels) -> None:
             )
 
 
-def _reliability(db_session: Session, competition: Competition) -> float:
-    """reliability_from_pairs over the first two counted votes (by created_at, then id) of each regular
-    question that has two, decided or still open (a question whose first two votes split is often still open
-    at a refresh: counting decided ones only would lean high), as `mad simulate` counts them (it decides
-    every question it asks at once): one query, at refresh time only."""
-    position = (
-        func.row_number()
-        .over(partition_by=Vote.question_id, order_by=(Vote.created_at, Vote.id))
-        .label("position")
-    )
-    ranked = (
-        select(Vote.question_id, Vote.answer, position)
-        .join(Question, Question.id == Vote.question_id)
-        .join(User, User.id == Vote.user_id)
-        .where(
-            Question.competition_id == competition.id,
-            Question.gold_answer.is_(None),
-            ~User.votes_excluded,
-        )
-        .subquery()
-    )
-    yes = func.sum(case((ranked.c.answer, 1), else_=0))
-    pairs = (
-        select(yes.label("yes"))
-        .where(ranked.c.position <= 2)
-        .group_by(ranked.c.question_id)
-        .having(func.count() == 2)
-        .subquery()
-    )
-    split = pairs.c.yes == 1
-    agreeing, disagreeing = db_session.execute(
-        select(func.sum(case((split, 0), else_=1)), func.sum(case((split, 1), else_=0)))
-    ).one()
-    return reliability_from_pairs(int(agreeing or 0), int(disagreeing or 0))
-
-
 def redecide_open(db_session: Session, competition: LabellingSettings) -> None:
     """Decide the open regular questions by the competition's rule as it now is (rules.decide with its
     `early`) and recompute the `needed` of their items, locked first in id order; decided questions stay."""
@@ -301,7 +273,7 @@ def redecide_open(db_session: Session, competition: LabellingSettings) -> None:
     items = lock_items(db_session, competition, list(image_ids))
     now = utcnow()
     for question in db_session.scalars(select(Question).where(*open_regular)):
-        rules.decide(question, competition.panel_size, now, early_votes(competition))
+        rules.decide(question, competition.panel_size, now, early_rule(competition))
     refresh_needed(db_session, competition, items)
 
 
@@ -320,15 +292,21 @@ def _write_policy_row(
     decision: PolicyDecision | None,
     cost: ActiveCost,
     counted: int,
+    tally: Tally,
 ) -> None:
-    """Store the decision (informative pairs as [a_id, b_id], votes used, the full design's) and take the
-    decided questions it answers for off the count."""
+    """Store the decision (informative pairs as [a_id, b_id], the neighbours full MAD is expected to reverse,
+    votes used, the full design's) and the tallies' totals, and take the decided questions it answers for
+    off the count."""
     ids = {index: classifier_id for classifier_id, index in pairs.index_of.items()}
     informative = [] if decision is None else [[ids[i], ids[j]] for i, j in decision.informative_pairs]
     values = {
         "informative_pairs": informative,
+        "expected_swaps": None if decision is None else decision.expected_swaps,
         "votes_used": cost.votes_used,
         "full_design_votes": cost.full_design_votes,
+        "tallied_through": tally.through,
+        "decided_yes": tally.decided_yes,
+        "decided_regular": tally.decided,
         "refreshed_at": utcnow(),
     }
     insert = conflict_insert(db_session, ActivePolicy).values(

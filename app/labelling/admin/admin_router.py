@@ -13,7 +13,9 @@ from app.competitions.dependencies import CompetitionDep
 from app.competitions.service import get_competition
 from app.csv_cells import neutralised
 from app.db.session import SessionDep
+from app.competitions.models import Sampling
 from app.labelling.active_sampling import policy
+from app.labelling.active_sampling.reliability import early_decision_basis
 from app.labelling.quality_control import adjudication, gold, quality
 from app.labelling.quality_control.annotators import annotator_stats
 from app.labelling.quality_control.work_records import DEFAULT_DAYS, span, work_records
@@ -21,6 +23,7 @@ from app.labelling.schemas import (
     AdjudicationCreate,
     AdjudicationRead,
     AnnotatorStatsRead,
+    EarlyDecisionsRead,
     GoldCreate,
     GoldRead,
     QualityDecisionCreate,
@@ -66,14 +69,16 @@ def set_sampling(
 ) -> SamplingRead:
     """`uniform` labels every selected image of every pair to a strict majority of the panel (the paper's
     protocol); `active` asks first about the pairs that can still change the ranking, lets two or more
-    agreeing votes of reliable annotators decide a question, and stops asking once the ranking is settled
-    (the leaderboard then says so, with the votes used). Switching to active runs the policy at once;
+    agreeing votes of annotators each vetted on their own decide a question, and stops asking once the
+    ranking is settled (the leaderboard then says so, with the votes used and what early decisions rely on). Switching to active runs the policy at once;
     switching back to uniform goes on to the full design (questions already decided stay decided)."""
     policy.set_sampling(db_session, competition, body.sampling)
+    active = competition.sampling == Sampling.active
+    basis = early_decision_basis(db_session, competition.id, competition.panel_size) if active else None
     return SamplingRead(
         sampling=competition.sampling,
         settled=competition.settled,
-        annotator_reliability=competition.annotator_reliability,
+        early_decisions=None if basis is None else EarlyDecisionsRead.of(basis),
     )
 
 

@@ -1,7 +1,8 @@
 """An annotator's answers and difficulty flags on the image leased to them.
 
 A strict majority of the panel decides a question and stops its asking (paper Sec. 3.1), or under active
-sampling fewer agreeing votes (rules.early_agreement); when more than 60% of the panel flag an image, it is
+sampling fewer agreeing votes of vetted annotators (rules.EarlyRule); when more than 60% of the panel flag
+an image, it is
 discarded for its pairs and their reserves are asked instead. Under active sampling, decided questions are
 counted towards the policy's next refresh (app.labelling.active_sampling.policy).
 submit_answers is a hot path: its statements are app.labelling.statements, its writes sent together.
@@ -41,7 +42,7 @@ from app.labelling.types import (
     LabellingSettings,
     SubmitResult,
     actively_sampled,
-    early_votes,
+    early_rule,
 )
 
 
@@ -53,6 +54,7 @@ class _Votes:
     id: int
     yes_votes: int
     no_votes: int
+    early_evidence: float | None
     outcome: bool | None
     decided_at: datetime | None
     gold_answer: bool | None
@@ -66,6 +68,7 @@ class _Votes:
             id=row.id,
             yes_votes=row.yes_votes,
             no_votes=row.no_votes,
+            early_evidence=row.early_evidence,
             outcome=row.outcome,
             decided_at=row.decided_at,
             gold_answer=row.gold_answer,
@@ -95,6 +98,8 @@ def submit_answers(
     _check_may_answer(rows[0].my_status)
     questions = {row.id: _Votes.of(row) for row in rows}
     now = utcnow()
+    early = early_rule(competition)
+    weight = user.weight if actively_sampled(competition) else None
     new_votes, gold_answers, counted, already_decided = [], [], [], []
     claimed: list[float | None] = []
     for answer in answers:
@@ -108,21 +113,21 @@ def submit_answers(
             continue
         question.my_answer = answer.answer
         vote = {"question_id": question.id, "user_id": user.id, "answer": answer.answer, "created_at": now}
-        new_votes.append({**vote, "competition_id": competition.id})
+        new_votes.append({**vote, "competition_id": competition.id, "weight": weight})
         claimed.append(answer.seconds)
         if question.gold_answer is not None:
             gold_answers.append(vote)
         elif not user.votes_excluded:
-            rules.count_vote(
-                question, answer.answer, +1, competition.panel_size, now, early_votes(competition)
-            )
+            rules.count_vote(question, answer.answer, +1, competition.panel_size, now, early, weight)
             counted.append(question)
     item_done = not any(
         question.my_answer is None
         and (question.gold_answer is not None or (question.outcome is None and not item.discarded))
         for question in questions.values()
     )
-    annotators_needed = _annotators_needed(db_session, competition, questions, item.discarded, gold_answers)
+    annotators_needed = _annotators_needed(
+        db_session, competition, questions, item.discarded, new_votes, gold_answers
+    )
     elapsed = max(0.0, (now - rows[0].my_leased_at).total_seconds())
     for vote, seconds in zip(new_votes, timed_seconds(claimed, elapsed), strict=True):
         vote["seconds"] = seconds
@@ -135,7 +140,6 @@ def submit_answers(
             first_gold_answer(db_session.get_bind().dialect.name).write(db_session, gold_answers)
         if counted:
             UPDATE_COUNTS.write(db_session, [_counts_row(question) for question in counted])
-            early = early_votes(competition)
             needed = rules.needed(item.discarded, questions.values(), competition.panel_size, early)
             UPDATE_NEEDED.write(db_session, {"item_id": item.id, "new_needed": needed})
         status = AssignmentStatus.done if item_done else AssignmentStatus.leased
@@ -169,31 +173,40 @@ def _annotators_needed(
     competition: LabellingSettings,
     questions: dict[int, _Votes],
     discarded: bool,
+    new_votes: list[dict],
     new_gold_answers: list[dict],
 ) -> int:
     """More annotators who must answer the image before its questions are decided (rules.annotators_to_decide,
-    the caller's new votes included). A gold question counts its answers as votes, as if it were regular,
-    so that the number never tells a gold image apart."""
+    the caller's new votes included). A gold question counts its answers, and their weights, as votes, as if
+    it were regular, so that the number never tells a gold image apart."""
     if discarded:
         return 0
+    early = early_rule(competition)
     gold = [q for q in questions.values() if q.gold_answer is not None]
     if not gold:
-        return rules.annotators_to_decide(
-            questions.values(), competition.panel_size, early_votes(competition)
+        return rules.annotators_to_decide(questions.values(), competition.panel_size, early)
+    counts: Counter = Counter()
+    evidence: dict[int, float | None] = {q.id: 0.0 for q in gold}
+    for row in db_session.execute(GOLD_VOTE_COUNTS, {"question_ids": [q.id for q in gold]}):
+        counts[(row.question_id, row.answer)] = row.votes
+        known = row.weighted == row.votes
+        evidence[row.question_id] = rules.with_vote(
+            evidence[row.question_id], row.evidence if known else None
         )
-    counts = Counter(
-        {
-            (row.question_id, row.answer): row.votes
-            for row in db_session.execute(GOLD_VOTE_COUNTS, {"question_ids": [q.id for q in gold]})
-        }
-    )
-    counts.update((vote["question_id"], vote["answer"]) for vote in new_gold_answers)  # not stored yet
+    weights = {vote["question_id"]: vote["weight"] for vote in new_votes}
+    for vote in new_gold_answers:  # not stored yet
+        counts[(vote["question_id"], vote["answer"])] += 1
+        evidence[vote["question_id"]] = rules.with_vote(
+            evidence[vote["question_id"]], weights[vote["question_id"]]
+        )
     as_regular = {q.id: q for q in questions.values() if q.gold_answer is None}
     for q in gold:
         yes, no = counts[(q.id, True)], counts[(q.id, False)]
-        outcome = rules.outcome(yes, no, competition.panel_size, early_votes(competition))
-        as_regular[q.id] = replace(q, yes_votes=yes, no_votes=no, outcome=outcome, gold_answer=None)
-    return rules.annotators_to_decide(as_regular.values(), competition.panel_size, early_votes(competition))
+        outcome = rules.outcome(yes, no, competition.panel_size, early, evidence[q.id])
+        as_regular[q.id] = replace(
+            q, yes_votes=yes, no_votes=no, early_evidence=evidence[q.id], outcome=outcome, gold_answer=None
+        )
+    return rules.annotators_to_decide(as_regular.values(), competition.panel_size, early)
 
 
 def _counts_row(question: _Votes) -> dict:
@@ -202,6 +215,7 @@ def _counts_row(question: _Votes) -> dict:
         "question_id": question.id,
         "yes": question.yes_votes,
         "no": question.no_votes,
+        "evidence": question.early_evidence,
         "new_outcome": question.outcome,
         "new_decided_at": question.decided_at,
     }

@@ -79,11 +79,12 @@ def labelling_caller(
             row.gold_min_answers,
             row.translations_version,
             Sampling(row.sampling),
-            row.annotator_reliability,
+            row.yes_share,
             row.settled,
         )
     )
     role = Role(row.role)
     may_label = role == Role.admin or not row.members_only or row.member_id is not None
-    labeller = Labeller(row.id, role, row.votes_excluded, choose_locale(row.locale, *languages))
+    locale = choose_locale(row.locale, *languages)
+    labeller = Labeller(row.id, role, row.votes_excluded, locale, row.weight)
     return LabellingCaller(labeller, competition, may_label, row.token_id, row.last_used_at, row.paused)

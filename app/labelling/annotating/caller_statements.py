@@ -6,7 +6,7 @@ from sqlalchemy import and_, bindparam, literal_column, null, select
 
 from app.competitions.models import Competition, CompetitionMember
 from app.db.statements import HotStatement
-from app.labelling.models import QualityFlag, QualityFlagKind
+from app.labelling.models import AnnotatorReliability, QualityFlag, QualityFlagKind
 from app.users.models import ApiToken, User
 
 _users = User.__table__
@@ -14,6 +14,7 @@ _api_tokens = ApiToken.__table__
 _competitions = Competition.__table__
 _members = CompetitionMember.__table__
 _quality_flags = QualityFlag.__table__
+_reliabilities = AnnotatorReliability.__table__
 
 _PAUSED = (
     select(_quality_flags.c.detail)
@@ -40,8 +41,9 @@ _CALLER_COLUMNS = (
     _competitions.c.gold_threshold,
     _competitions.c.gold_min_answers,
     _competitions.c.sampling,
-    _competitions.c.annotator_reliability,
+    _competitions.c.yes_share,
     _competitions.c.settled,
+    _reliabilities.c.weight,
     _PAUSED.label("paused"),
     _competitions.c.members_only,
     _members.c.user_id.label("member_id"),
@@ -52,18 +54,26 @@ _WITH_MEMBERSHIP = (
     and_(_members.c.competition_id == _competitions.c.id, _members.c.user_id == _users.c.id),
 )
 """The caller's membership row in the competition, if any (a members-only competition needs one)."""
+_WITH_RELIABILITY = (
+    _reliabilities,
+    and_(_reliabilities.c.competition_id == _competitions.c.id, _reliabilities.c.user_id == _users.c.id),
+)
+"""The caller's reliability in the competition under active sampling, if the policy has estimated it."""
 _BY_TOKEN = (
     select(*_CALLER_COLUMNS, _api_tokens.c.id.label("token_id"), _api_tokens.c.last_used_at)
     .select_from(
         _users.join(_api_tokens, _api_tokens.c.user_id == _users.c.id)
         .outerjoin(*_WITH_COMPETITION)
         .outerjoin(*_WITH_MEMBERSHIP)
+        .outerjoin(*_WITH_RELIABILITY)
     )
     .where(_api_tokens.c.token_hash == bindparam("token_hash"), _users.c.is_active)
 )
 _BY_ID = (
     select(*_CALLER_COLUMNS, null().label("token_id"), null().label("last_used_at"))
-    .select_from(_users.outerjoin(*_WITH_COMPETITION).outerjoin(*_WITH_MEMBERSHIP))
+    .select_from(
+        _users.outerjoin(*_WITH_COMPETITION).outerjoin(*_WITH_MEMBERSHIP).outerjoin(*_WITH_RELIABILITY)
+    )
     .where(
         _users.c.id == bindparam("user_id"),
         _users.c.is_active,

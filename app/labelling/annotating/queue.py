@@ -9,10 +9,12 @@ annotator with nothing else left to do is given the gold images they have not an
 they skipped, gold ones alike (skipping must neither find gold images nor dodge them). The statements are
 app.labelling.statements.
 
-Under active sampling (issue 24) the queue's next image is the open one of highest priority (partly voted
-first, as ever), except for a uniform floor of picks in the order above; it never hands out a parked item
-(priority 0: all its pairs settled), and nothing at all once the policy found the ranking settled
-(app.labelling.active_sampling.policy refreshes the priorities). An annotator with nothing left is told
+Under active sampling (issues 24 and 33) the queue's next image is the open one of highest priority (partly
+voted first, as ever), at random within a priority level, except for a uniform floor of picks at random
+among the items not parked, so that the images a pair has labelled when it stops are a fair sample of its
+k; it never hands out a parked item (priority 0: all its pairs settled), nothing at all once the policy
+found the ranking settled (app.labelling.active_sampling.policy refreshes the priorities), and gold at
+DEFAULT_GOLD_RATE where the competition has gold but sets no rate. An annotator with nothing left is told
 `settled` if the policy, rerun on the questions decided since its last run, finds it so.
 """
 
@@ -56,6 +58,7 @@ from app.labelling.types import (
     PresentedItem,
     PresentedQuestion,
     actively_sampled,
+    handed_out_gold_rate,
     nothing_useful_left,
 )
 
@@ -123,7 +126,8 @@ def next_item(
     not_now: int | None = None,
     rerun_policy: bool = True,
 ) -> NextItem:
-    """Lease the annotator an image to label: the one they hold, else a gold one with probability gold_rate,
+    """Lease the annotator an image to label: the one they hold, else a gold one with probability
+    handed_out_gold_rate,
     else the queue's next, else (nothing else open to them) a gold one they have not answered, else one they
     skipped (longest ago first; never item `not_now`, the one just skipped).
 
@@ -143,13 +147,14 @@ def next_item(
         if presented is not None:
             return NextItem(presented, "item")
     presented = None
-    if competition.gold_rate > 0 and random.random() < competition.gold_rate:
+    gold_rate = handed_out_gold_rate(competition)
+    if gold_rate > 0 and random.random() < gold_rate:
         presented = _lease_gold(db_session, competition, user, now)
     if presented is None:
         presented = _lease_head(db_session, competition, user, now, _queue_head(competition), [])
-    if presented is None and competition.gold_rate > 0:
+    if presented is None and gold_rate > 0:
         presented = _lease_gold(db_session, competition, user, now)
-    skipped = {**who, "gold_mixed_in": competition.gold_rate > 0}
+    skipped = {**who, "gold_mixed_in": gold_rate > 0}
     if presented is None:
         skipped_not_now = [] if not_now is None else [not_now]
         skipped_head = ACTIVE_SKIPPED_HEAD if actively_sampled(competition) else SKIPPED_HEAD

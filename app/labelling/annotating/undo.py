@@ -15,9 +15,9 @@ from app.db.statements import conflict_insert
 from app.errors import Conflict, NotFound
 from app.labelling import rules
 from app.labelling.annotating.queue import present
-from app.labelling.items import lock_item, refresh_needed, set_assignment
+from app.labelling.items import counted_votes, lock_item, recount, refresh_needed, set_assignment
 from app.labelling.models import AssignmentStatus, DifficultyFlag, LabelItem, Question, UndoDepth, Vote
-from app.labelling.types import Labeller, LabellingSettings, UndoResult, early_votes
+from app.labelling.types import Labeller, LabellingSettings, UndoResult, early_rule
 
 KEPT = "a flag on an image the panel has discarded stays (the image has left its pairs)"
 """What undo says of the flags it steps past."""
@@ -51,10 +51,11 @@ def undo_last(*, db_session: Session, competition: LabellingSettings, user: Labe
         undone, first_question_id = "flag", None
     else:
         question = db_session.get_one(Question, step.question_id, populate_existing=True)
-        if question.gold_answer is None and not user.votes_excluded:
-            rules.count_vote(question, step.answer, -1, competition.panel_size, now, early_votes(competition))
         db_session.delete(step)
         db_session.flush()
+        if question.gold_answer is None and not user.votes_excluded:
+            recount(question, counted_votes(db_session, [question.id]).get(question.id))
+            rules.decide(question, competition.panel_size, now, early_rule(competition))
         refresh_needed(db_session, competition, [item])
         undone, first_question_id = "answer", question.id
     set_assignment(db_session, item.id, user.id, AssignmentStatus.leased, now, keep_flagged=False)

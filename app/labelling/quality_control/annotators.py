@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from app.competitions.models import Competition, Sampling
 from app.db.base import utcnow
 from app.labelling import rules
-from app.labelling.items import lock_items, questions_of_images
+from app.labelling.items import counted_votes, lock_items, questions_of_images, recount
 from app.labelling.models import (
     Assignment,
     AssignmentStatus,
@@ -27,7 +27,7 @@ from app.labelling.models import (
     Vote,
 )
 from app.labelling.subsets import discard_item
-from app.labelling.types import AnnotatorStats, LabellingSettings, early_votes
+from app.labelling.types import AnnotatorStats, LabellingSettings, early_rule
 from app.users.models import User
 from app.users.service import set_active
 
@@ -93,24 +93,13 @@ def redecide(*, db_session: Session, competition: LabellingSettings, image_ids: 
     re-decide their questions and items, the items locked first in id order."""
     items = lock_items(db_session, competition, image_ids)
     questions = questions_of_images(db_session, competition, image_ids)
-    counted = {
-        row.question_id: (row.yes, row.no)
-        for row in db_session.execute(
-            select(
-                Vote.question_id,
-                func.sum(case((Vote.answer, 1), else_=0)).label("yes"),
-                func.sum(case((Vote.answer, 0), else_=1)).label("no"),
-            )
-            .join(User, User.id == Vote.user_id)
-            .where(Vote.question_id.in_([q.id for q in questions]), ~User.votes_excluded)
-            .group_by(Vote.question_id)
-        ).all()
-    }
+    counted = counted_votes(db_session, [q.id for q in questions])
     now = utcnow()
+    early = early_rule(competition)
     for question in questions:
         if question.gold_answer is None:
-            question.yes_votes, question.no_votes = counted.get(question.id, (0, 0))
-            rules.decide(question, competition.panel_size, now, early_votes(competition))
+            recount(question, counted.get(question.id))
+            rules.decide(question, competition.panel_size, now, early)
     flags = dict(
         db_session.execute(
             select(DifficultyFlag.image_id, func.count())
@@ -126,7 +115,7 @@ def redecide(*, db_session: Session, competition: LabellingSettings, image_ids: 
     for item in items:
         item.flags = flags.get(item.image_id, 0)
         on_image = [question for question in questions if question.image_id == item.image_id]
-        item.needed = rules.needed(item.discarded, on_image, competition.panel_size, early_votes(competition))
+        item.needed = rules.needed(item.discarded, on_image, competition.panel_size, early)
         if not item.discarded and not item.kept and rules.too_difficult(item.flags, competition.panel_size):
             discard_item(db_session, competition, item)
     db_session.flush()
