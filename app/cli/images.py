@@ -67,7 +67,7 @@ def _import_source(source: str, settings: "Settings") -> Iterator[tuple[Iterable
     """The entries of an import source and how many there are when that is cheap to know."""
     from app.images.remote_sources import (
         ManifestError,
-        UrlReads,
+        RemoteReads,
         bucket_entries,
         is_bucket_url,
         is_manifest_name,
@@ -95,8 +95,8 @@ def _import_source(source: str, settings: "Settings") -> Iterator[tuple[Iterable
             fail(str(error))
         policy = AddressPolicy.allowing(settings.import_allowed_hosts)
         with guarded_client(policy, settings.import_url_deadline_s) as http:
-            urls = UrlReads(http, settings.import_url_deadline_s)
-            yield manifest_entries(path, table, limits.max_file_bytes, urls), table.num_rows
+            remote = RemoteReads(http, settings.import_url_deadline_s, settings.import_s3_locations)
+            yield manifest_entries(path, table, limits.max_file_bytes, remote), table.num_rows
         return
     yield path_entries(path, limits), _expected_total(path)
 

@@ -12,16 +12,18 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+import s3fs
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from app.db.engine import create_db_engine, create_sessionmaker
 from app.images.models import Image
-from app.images.remote_sources import UNREACHABLE
+from app.images.remote_sources import OUTSIDE_S3_LOCATIONS, UNREACHABLE
 from app.images.url_fetch import is_public, without_credentials
 from app.main import create_app
 from app.users.models import Role
@@ -339,3 +341,39 @@ def test_nat64_and_ipv4_compatible_forms_of_inside_addresses_are_not_reached(tmp
     )
     assert sorted(allowed["hits"]) == sorted(f"/{n}.png" for n in range(len(TRANSLATED_INSIDE)))
     assert len(allowed["report"]["added"]) == len(TRANSLATED_INSIDE)
+
+
+def test_manifest_s3_rows_read_only_the_storage_and_the_locations_allowed(cli_env, tmp_path, s3_storage_url):
+    """The server's credentials read every bucket here; a manifest's rows read only the storage's own bucket
+    and prefix and what MAD_IMPORT_ALLOWED_S3 names, and a row elsewhere is refused unread: the same reason
+    whether its key exists or not."""
+    storage = s3_storage_url.removeprefix("s3://")  # bucket/mad
+    other = f"mad-{uuid.uuid4().hex[:12]}"
+    filesystem = s3fs.S3FileSystem(skip_instance_cache=True)
+    filesystem.mkdir(other)
+    objects = {
+        f"{storage}/incoming/a.png": 1,
+        f"{other}/public/b.png": 2,
+        f"{storage.split('/')[0]}/elsewhere/c.png": 3,  # the storage's bucket, outside its prefix
+        f"{other}/publicity/d.png": 4,  # beside the allowed prefix, not under it
+        f"{other}/secret/e.png": 5,
+    }
+    for key, seed in objects.items():
+        filesystem.pipe_file(key, image_bytes(seed))
+    uris = [f"s3://{key}" for key in objects]
+    uris += [f"s3://{other}/secret/missing.png", f"s3://{other}/public/../secret/e.png"]
+    env = {**cli_env, "MAD_STORAGE_URL": s3_storage_url, "MAD_IMPORT_ALLOWED_S3": f"s3://{other}/public"}
+
+    _, report = import_report(env, write_manifest(tmp_path / "manifest.csv", uris))
+    assert [item["name"] for item in report["added"]] == uris[:2]
+    assert {item["name"]: item["detail"] for item in report["rejected"]} == dict.fromkeys(
+        uris[2:], OUTSIDE_S3_LOCATIONS
+    )
+    stored = query(cli_env["MAD_DATABASE_URL"], select(Image.source_uri))
+    assert sorted(uri for (uri,) in stored) == sorted(uris[:2])
+    manifest = str(tmp_path / "manifest.csv")
+    misnamed = invoke({**env, "MAD_IMPORT_ALLOWED_S3": other}, "images", "import", manifest, "-c", "corpus")
+    assert (
+        misnamed.exit_code == 1
+        and f"MAD_IMPORT_ALLOWED_S3: Value error, '{other}' is not s3://" in misnamed.output
+    )
