@@ -128,8 +128,9 @@ def import_images(
 
     Duplicates are stored once and listed, and so are near-duplicates (pHashes within 4 of 64 bits); bad
     files (not an image, truncated, too large, over the pixel limit, links leaving the folder, archive
-    members with '..', paths outside a manifest's folder, URLs at addresses that are not public) are
-    listed by name and skipped. Work is committed every 32 files, with no transaction open while
+    members with '..', paths outside a manifest's folder, URLs at addresses that are not public, a
+    manifest's s3:// keys outside the storage's bucket and prefix and MAD_IMPORT_ALLOWED_S3) are listed by
+    name and skipped. Work is committed every 32 files, with no transaction open while
     files are read, downloaded or decoded, and a re-run skips the files an earlier run imported without
     reading them: an interrupted import can simply be run again.
     """

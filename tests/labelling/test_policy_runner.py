@@ -5,7 +5,6 @@ import asyncio
 import os
 import re
 import signal
-import time
 
 import httpx
 from sqlalchemy import select
@@ -19,6 +18,7 @@ from app.labelling.active_sampling.policy_runner import PolicyRunner, ready
 from app.labelling.models import ActivePolicy, LabelItem
 from app.users.models import Role
 from tests.labelling.factories import labelling_competition, users_with_tokens
+from tests.reliability.test_faults import wait_for
 from tests.support.browser import serving
 
 
@@ -65,19 +65,6 @@ def test_the_policy_reruns_in_a_process_of_its_own_started_again_if_it_died(fres
 
 
 METRICS_TOKEN = "metrics-token"
-WAIT_S = 120
-"""Not a timing assertion: how long the test waits for a rerun that runs after a response."""
-
-
-def wait_until(predicate, what: str):
-    """Poll until predicate() is truthy (a rerun runs after the response that asked for it)."""
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"gave up waiting for {what}")
 
 
 def failures_counted(http: httpx.Client, competition_id: int) -> float:
@@ -121,7 +108,7 @@ def test_a_failed_rerun_shows_on_the_admin_page_and_in_the_metrics_while_labelli
             os.kill(pid, signal.SIGKILL)  # the policy's process dies, as under the out-of-memory killer
 
             assert answer_one_item(http, competition_id, annotator)["status"] == "item"
-            shown = wait_until(
+            shown = wait_for(
                 lambda: 'id="policy-failure"' in (text := admin_page(http, page, admin)) and text,
                 "the failure",
             )
@@ -132,7 +119,7 @@ def test_a_failed_rerun_shows_on_the_admin_page_and_in_the_metrics_while_labelli
             assert counted(fresh_database_url, competition_id) > 100  # still due
 
             assert answer_one_item(http, competition_id, annotator)["status"] in ("item", "finished")
-            wait_until(lambda: counted(fresh_database_url, competition_id) == 0, "a rerun in a new process")
+            wait_for(lambda: counted(fresh_database_url, competition_id) == 0, "a rerun in a new process")
             assert failure_shown(admin_page(http, page, admin)) is None
             assert failures_counted(http, competition_id) == counted_before + 1
 
