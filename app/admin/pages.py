@@ -87,7 +87,8 @@ def admin_competition(
     request: Request, db_session: SessionDep, user: OptionalUser, competition: CompetitionDep
 ):
     """A competition: progress, classifiers (add, retire), images (upload, exclude), who may label
-    (members), annotators, snapshots."""
+    (members), annotators, snapshots, and the sampling (with the active policy's last failed rerun, as this
+    server process saw it)."""
     admin = page_user(request, user, *ADMIN_ROLES)
     if isinstance(admin, RedirectResponse):
         return admin
@@ -132,6 +133,7 @@ def admin_competition(
         excluded=excluded,
         recent_images=recent,
         coverage=language_coverage(db_session, competition),
+        policy_failure=request.app.state.policy_runner.failures.get(competition.id),
         snapshots=[
             snapshots.snapshot_read(s)
             for s in snapshots.list_snapshots(db_session=db_session, competition_id=competition.id)
