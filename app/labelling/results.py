@@ -107,7 +107,13 @@ def annotators_to_first_label(
     early = early_rule(competition)
     needed: dict[tuple[int, int], int | None] = {}
     votes_a, votes_b = (
-        (question.yes_votes, question.no_votes, question.early_evidence, question.outcome, question.gold_answer)
+        (
+            question.yes_votes,
+            question.no_votes,
+            question.early_evidence,
+            question.outcome,
+            question.gold_answer,
+        )
         for question in (QUESTION_A, QUESTION_B)
     )
     selected = and_(PairImage.subset_id == PairSubset.id, PairImage.role == PairImageRole.selected)

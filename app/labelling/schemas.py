@@ -363,7 +363,9 @@ class EarlyDecisionsRead(BaseModel):
         "agreement with everyone else: never vetted."
     )
     gold_answers: int = Field(description="First answers to gold questions counted.")
-    decided_early: int = Field(description="Regular questions decided with fewer votes than a strict majority.")
+    decided_early: int = Field(
+        description="Regular questions decided with fewer votes than a strict majority."
+    )
     warning: str | None = Field(description="Why early decisions rest on thin ground, if they do.")
 
     @classmethod

@@ -223,7 +223,9 @@ def early_decision_basis(db_session: Session, competition_id: int, panel_size: i
         )
     )
     has_gold = db_session.scalar(
-        select(func.count()).where(Question.competition_id == competition_id, Question.gold_answer.is_not(None))
+        select(func.count()).where(
+            Question.competition_id == competition_id, Question.gold_answer.is_not(None)
+        )
     )
     warning = NOTHING_VETS if not has_gold else (NONE_VETTED if not vetted else None)
     return EarlyDecisionBasis(

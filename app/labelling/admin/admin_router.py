@@ -10,10 +10,10 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, Response, status
 
 from app.competitions.dependencies import CompetitionDep
+from app.competitions.models import Sampling
 from app.competitions.service import get_competition
 from app.csv_cells import neutralised
 from app.db.session import SessionDep
-from app.competitions.models import Sampling
 from app.labelling.active_sampling import policy
 from app.labelling.active_sampling.reliability import early_decision_basis
 from app.labelling.quality_control import adjudication, gold, quality
@@ -70,8 +70,9 @@ def set_sampling(
     """`uniform` labels every selected image of every pair to a strict majority of the panel (the paper's
     protocol); `active` asks first about the pairs that can still change the ranking, lets two or more
     agreeing votes of annotators each vetted on their own decide a question, and stops asking once the
-    ranking is settled (the leaderboard then says so, with the votes used and what early decisions rely on). Switching to active runs the policy at once;
-    switching back to uniform goes on to the full design (questions already decided stay decided)."""
+    ranking is settled (the leaderboard then says so, with the votes used and what early decisions rely
+    on). Switching to active runs the policy at once; switching back to uniform goes on to the full design
+    (questions already decided stay decided)."""
     policy.set_sampling(db_session, competition, body.sampling)
     active = competition.sampling == Sampling.active
     basis = early_decision_basis(db_session, competition.id, competition.panel_size) if active else None
