@@ -87,7 +87,8 @@ class CaseSharesRead(BaseModel):
 
 
 class MatricesRead(BaseModel):
-    """Pairwise matrices over the ranked classifiers, rows and columns in classifier_ids order."""
+    """Pairwise matrices over the compared classifiers (`classifiers`, ranked or not), rows and columns in
+    classifier_ids order."""
 
     classifier_ids: list[int]
     accuracy: list[list[float | None]] = Field(
@@ -101,7 +102,7 @@ class MatricesRead(BaseModel):
 
 
 class PairWithoutLabels(BaseModel):
-    """A pair of ranked classifiers with no labelled image yet, and what it waits for."""
+    """A pair of compared classifiers with no labelled image yet, and what it waits for."""
 
     classifier_a_id: int
     classifier_b_id: int
@@ -178,12 +179,12 @@ class LeaderboardRead(BaseModel):
         "it was recorded).",
     )
     pairs_without_labels: list[PairWithoutLabels] = Field(
-        default_factory=list, description="Pairs of ranked classifiers with no labelled image yet."
+        default_factory=list, description="Pairs of compared classifiers with no labelled image yet."
     )
     short_pairs: list[PairSelectionRead] = Field(
         default_factory=list,
-        description="Pairs of ranked classifiers that selected fewer than k images, each with its threshold "
-        "diagnosis and why (empty in snapshots frozen before it was recorded).",
+        description="Pairs of compared classifiers that selected fewer than k images, each with its "
+        "threshold diagnosis and why (empty in snapshots frozen before it was recorded).",
     )
     case_shares: CaseSharesRead
     matrices: MatricesRead

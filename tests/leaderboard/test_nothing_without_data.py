@@ -18,9 +18,9 @@ from app.classifiers.models import Classifier
 from app.competitions.models import Competition
 from app.competitions.schemas import CompetitionCreate
 from app.competitions.service import create_competition
-from app.release.bundle import write_release
 from tests.leaderboard.scenario import DIGITS, N_CLASSES, annotators, corpus, register, run_select_jobs, vote
 from tests.leaderboard.test_leaderboard import off_by
+from tests.release.test_release import release
 
 N_IMAGES = 40
 TIMID = (0.1, 0.4)
@@ -161,13 +161,7 @@ def test_all_empty_the_csv_tables_leave_every_score_blank(client, all_empty):
 
 
 def test_all_empty_the_release_bundle_holds_nulls(db_session, settings, all_empty, tmp_path):
-    bundle = write_release(
-        db_session=db_session,
-        competition=all_empty.competition,
-        settings=settings,
-        out=tmp_path / "bundle",
-        license_id="cc-by-4.0",
-    ).path
+    bundle = release(db_session, settings, all_empty, tmp_path / "bundle").path
     standings = pq.read_table(bundle / "leaderboard.parquet").to_pylist()
     assert len(standings) == 3
     for standing in standings:
@@ -238,13 +232,7 @@ def test_partly_empty_the_page_csv_and_release_blank_only_the_unlabelled(
         else:
             assert float(row["a_ij"]) > 0 and int(row["n_ij"]) > 0
 
-    bundle = write_release(
-        db_session=db_session,
-        competition=partly_empty.competition,
-        settings=settings,
-        out=tmp_path / "bundle",
-        license_id="cc-by-4.0",
-    ).path
+    bundle = release(db_session, settings, partly_empty, tmp_path / "bundle").path
     released = {
         row["classifier_id"]: row for row in pq.read_table(bundle / "leaderboard.parquet").to_pylist()
     }
