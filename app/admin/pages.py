@@ -38,7 +38,7 @@ from app.labelling.quality_control.work_records import ACTIVE_SECONDS_CAP, span,
 from app.labelling.types import LabellingSettings
 from app.leaderboard import snapshots
 from app.leaderboard.agreement import competition_quality
-from app.leaderboard.standings import compute_leaderboard
+from app.leaderboard.standings import by_rank, compute_leaderboard
 from app.users import invitations
 from app.users import service as users_service
 from app.users.auth import ADMIN_ROLES, OptionalUser, page_user
@@ -113,6 +113,7 @@ def admin_competition(
         competition_id=competition.id,
         lost_after_s=request.app.state.settings.job_lease_s,
     )
+    board = compute_leaderboard(db_session=db_session, competition=competition)
     return render(
         request,
         "admin_competition.html",
@@ -128,7 +129,8 @@ def admin_competition(
         pair_rows=[(pair, survivors_line(pair)) for pair in progress["pairs"]],
         classifiers=list_classifiers(db_session=db_session, competition_id=competition.id),
         sources=[source.value for source in ClassifierSource],
-        board=compute_leaderboard(db_session=db_session, competition=competition),
+        board=board,
+        standings=by_rank(board),
         annotators=annotator_stats(db_session=db_session, competition=LabellingSettings.of(competition)),
         excluded=excluded,
         recent_images=recent,
