@@ -331,11 +331,10 @@ def test_a_disagreement_or_an_unvetted_voter_needs_the_majority_under_active_sam
     assert outcomes_of(db_session, replies[0][0]) == [None, None]
 
 
-def colluding_round(calls: list, truth: dict, image_of: dict) -> int:
-    """The first colluding account takes an image and answers every question falsely, the second takes the
-    next image (the queue hands partly voted ones first: the same) and copies those answers; images given."""
+def labelling_round(calls: list, truth: dict, image_of: dict, answer) -> int:
+    """Each caller in turn takes an image and answers each question answer(the image's truth, class name);
+    images given."""
     given = 0
-    copied: dict[str, bool] = {}
     for call in calls:
         reply = call.post("next")
         if reply["status"] != "item":
@@ -344,31 +343,25 @@ def colluding_round(calls: list, truth: dict, image_of: dict) -> int:
         item = reply["item"]
         image = truth[image_of[item["item_id"]]]
         answers = [
-            {
-                "question_id": q["question_id"],
-                "answer": copied.setdefault(q["class_name"], not image[q["class_name"]]),
-            }
+            {"question_id": q["question_id"], "answer": answer(image, q["class_name"])}
             for q in item["questions"]
         ]
         call.post("answers", {"answers": answers})
     return given
 
 
+def colluding_round(calls: list, truth: dict, image_of: dict) -> int:
+    """The first colluding account takes an image and answers every question falsely, the second takes the
+    next image (the queue hands partly voted ones first: the same) and copies those answers; images given."""
+    copied: dict[str, bool] = {}
+    return labelling_round(
+        calls, truth, image_of, lambda image, name: copied.setdefault(name, not image[name])
+    )
+
+
 def honest_round(calls: list, truth: dict, image_of: dict) -> int:
     """Each honest annotator labels one image truthfully; images given."""
-    given = 0
-    for call in calls:
-        reply = call.post("next")
-        if reply["status"] != "item":
-            continue
-        given += 1
-        item = reply["item"]
-        image = truth[image_of[item["item_id"]]]
-        answers = [
-            {"question_id": q["question_id"], "answer": image[q["class_name"]]} for q in item["questions"]
-        ]
-        call.post("answers", {"answers": answers})
-    return given
+    return labelling_round(calls, truth, image_of, lambda image, name: image[name])
 
 
 def test_two_accounts_of_one_person_never_decide_a_question_alone(client, db_session):
