@@ -142,6 +142,12 @@ class Settings(BaseSettings):
         description="Failed sign-ins allowed per address, whatever the usernames, per window.",
     )
     login_window_s: int = Field(default=300, ge=1, description="Window of login_max_failures, seconds.")
+    study_arrivals_per_minute: int = Field(
+        default=60,
+        ge=1,
+        description="New participants one crowd study admits per minute; more are asked to try again shortly "
+        "(a leaked study link cannot make accounts faster than this).",
+    )
     metrics_token: str = Field(
         default="",
         description="Bearer token that reads /metrics (Prometheus); empty: /metrics is off (404).",
