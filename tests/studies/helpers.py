@@ -67,3 +67,52 @@ def join(client: TestClient, study: dict, pid: str, session_id: str = ""):
 def page_csrf(client: TestClient) -> dict[str, str]:
     """The X-CSRF-Token header of the client's browser session (read from a page)."""
     return {"X-CSRF-Token": re.search(r'name="csrf-token" content="([^"]+)"', client.get("/").text).group(1)}
+
+
+class Participant:
+    """A participant's browser: the study's labelling API and their progress, through their session cookie."""
+
+    def __init__(self, client: TestClient, study: dict):
+        self.client, self.study = client, study
+        self.headers = page_csrf(client)
+        self.labelling = f"/api/v1/competitions/{study['competition_id']}/labelling"
+
+    def label(self, answer: bool = True, seconds: float = 3, looking=None) -> dict | None:
+        """Take the next image and answer both its questions, each claiming `seconds`, once `looking()` (the
+        time spent on it) has passed; the answer's JSON (None: nothing handed out)."""
+        taken = self.client.post(f"{self.labelling}/next", headers=self.headers)
+        assert taken.status_code == 200, taken.text
+        item = taken.json()["item"]
+        if item is None:
+            return None
+        if looking is not None:
+            looking()
+        answers = [
+            {"question_id": q["question_id"], "answer": answer, "seconds": 3} for q in item["questions"]
+        ]
+        sent = self.client.post(f"{self.labelling}/answers", json={"answers": answers}, headers=self.headers)
+        assert sent.status_code == 200, sent.text
+        return sent.json()
+
+    def me(self) -> dict:
+        """Their progress in the study."""
+        read = self.client.get(f"/api/v1/studies/{self.study['id']}/me")
+        assert read.status_code == 200, read.text
+        return read.json()
+
+    def finish(self):
+        """Ask to leave the study; the response."""
+        return self.client.post(f"/api/v1/studies/{self.study['id']}/me/finish", headers=self.headers)
+
+    def account(self) -> dict:
+        """The account they are signed in to."""
+        return self.client.get("/api/v1/me").json()
+
+
+def joined(client: TestClient, study: dict, pid: str, session_id: str = "") -> Participant:
+    """The participant with this id, arrived and agreed (their browser signed in)."""
+    page, agreed = join(client, study, pid, session_id)
+    assert page.status_code == 200 and agreed is not None, page.text
+    assert agreed.status_code == 303, agreed.text
+    assert agreed.headers["location"] == f"/studies/{study['id']}/label"
+    return Participant(client, study)

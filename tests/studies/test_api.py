@@ -15,55 +15,9 @@ from app.competitions.service import create_competition
 from app.studies.models import Study, StudyParticipant
 from app.users.models import User
 from tests.labelling.factories import add_classifiers, add_images, labelling_competition, store_pair
-from tests.studies.helpers import CODES, CONSENT, arrival, join, link_path, make_study, page_csrf, prolific_id
+from tests.studies.helpers import CODES, CONSENT, arrival, join, joined, link_path, make_study, prolific_id
 
 PROLIFIC_COMPLETE = "https://app.prolific.com/submissions/complete?cc="
-
-
-class Participant:
-    """A participant's browser: the study's labelling API and their progress, through their session cookie."""
-
-    def __init__(self, client: TestClient, study: dict):
-        self.client, self.study = client, study
-        self.headers = page_csrf(client)
-        self.labelling = f"/api/v1/competitions/{study['competition_id']}/labelling"
-
-    def label(self, answer: bool = True) -> dict | None:
-        """Take the next image and answer both its questions; the answer's JSON (None: nothing handed out)."""
-        taken = self.client.post(f"{self.labelling}/next", headers=self.headers)
-        assert taken.status_code == 200, taken.text
-        item = taken.json()["item"]
-        if item is None:
-            return None
-        answers = [
-            {"question_id": q["question_id"], "answer": answer, "seconds": 3} for q in item["questions"]
-        ]
-        sent = self.client.post(f"{self.labelling}/answers", json={"answers": answers}, headers=self.headers)
-        assert sent.status_code == 200, sent.text
-        return sent.json()
-
-    def me(self) -> dict:
-        """Their progress in the study."""
-        read = self.client.get(f"/api/v1/studies/{self.study['id']}/me")
-        assert read.status_code == 200, read.text
-        return read.json()
-
-    def finish(self):
-        """Ask to leave the study; the response."""
-        return self.client.post(f"/api/v1/studies/{self.study['id']}/me/finish", headers=self.headers)
-
-    def account(self) -> dict:
-        """The account they are signed in to."""
-        return self.client.get("/api/v1/me").json()
-
-
-def joined(client: TestClient, study: dict, pid: str, session_id: str = "") -> Participant:
-    """The participant with this id, arrived and agreed (their browser signed in)."""
-    page, agreed = join(client, study, pid, session_id)
-    assert page.status_code == 200 and agreed is not None, page.text
-    assert agreed.status_code == 303, agreed.text
-    assert agreed.headers["location"] == f"/studies/{study['id']}/label"
-    return Participant(client, study)
 
 
 def test_an_admin_opens_a_study_whose_link_is_shown_once_and_kept_only_as_a_hash(
