@@ -95,7 +95,10 @@ def test_per_minute_bonuses_pay_active_time_as_the_work_records_count_it(
     worked = prolific_id()
     with TestClient(app) as browser:
         participant = joined(browser, study, worked)
-        for seconds in (25, 70):  # claimed per answer; the server saw each image for 40 s, which is what counts
+        for seconds in (
+            25,
+            70,
+        ):  # claimed per answer; the server saw each image for 40 s, which is what counts
             participant.label(seconds=seconds, looking=lambda: let_time_pass(db_session, 40))
         assert participant.finish().json()["outcome"] == "completed"
     stopped = prolific_id()
