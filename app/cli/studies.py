@@ -3,12 +3,16 @@ one a new link, read its participants and bonus file, delete it with its platfor
 
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
 
 from app.cli.common import console, database_session, fail, load_settings
 from app.studies.enums import BonusRule
+
+if TYPE_CHECKING:
+    from app.studies.service import StudyLink
 
 studies_app = typer.Typer(
     help="Paid crowd studies (Prolific and the like): a study link in, completion codes out, bonuses that "
@@ -87,6 +91,13 @@ def create(
         study, link = service.create_study(db_session=session, spec=spec, base_url=base_url)
         study_id = study.id
     console.print(f"Opened study {study_id} ({name}). Its link (shown once), for the platform's study URL:")
+    _print_link(link)
+
+
+def _print_link(link: "StudyLink") -> None:
+    """The link, and the same with Prolific's URL parameters (which Prolific adds itself when told to)."""
+    console.print(link.url, soft_wrap=True, highlight=False)
+    console.print("With Prolific's URL parameters (added by Prolific when you choose them):")
     console.print(link.url_with_parameters, soft_wrap=True, highlight=False)
 
 
@@ -166,7 +177,7 @@ def new_link(
     with database_session(load_settings()) as session:
         study = service.get_study(db_session=session, study_id=study_id)
         link = service.new_link(db_session=session, study=study, base_url=base_url)
-    console.print(link.url_with_parameters, soft_wrap=True, highlight=False)
+    _print_link(link)
 
 
 @studies_app.command("participants")
