@@ -101,11 +101,9 @@ def _set_codes(study: Study, codes: CompletionCodes) -> None:
 def check_study(study: Study) -> None:
     """InvalidInput unless the study's settings fit together: a completion URL that can carry the code to
     a site participants trust, an upper limit not below the required images, a bonus rate with a rule."""
-    url = urlsplit(study.completion_url)
     if study.completion_url.count(CODE_FIELD) != 1:
         raise InvalidInput(f"the completion_url must hold {CODE_FIELD} once, where the code goes")
-    secure = url.scheme == "https" or (url.scheme == "http" and _is_loopback(url.hostname or ""))
-    if not secure or not url.hostname:
+    if not _secure_address(study.completion_url):
         raise InvalidInput("the completion_url must be an https:// address (http:// only on this machine)")
     if study.max_images < study.required_images:
         raise InvalidInput(
@@ -113,6 +111,16 @@ def check_study(study: Study) -> None:
         )
     if study.bonus_rule == BonusRule.none and study.bonus_rate:
         raise InvalidInput("a bonus_rate needs a bonus_rule: per_image or per_minute")
+
+
+def _secure_address(url: str) -> bool:
+    """Whether the URL is an https:// address, or an http:// one on this machine."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError:  # e.g. an unclosed IPv6 bracket
+        return False
+    return bool(host) and (parts.scheme == "https" or (parts.scheme == "http" and _is_loopback(host or "")))
 
 
 def _is_loopback(host: str) -> bool:

@@ -121,6 +121,7 @@ def test_arrivals_are_rate_limited_per_study(app, client, db_session, competitio
         ({"required_images": 5, "max_images": 4}, "max_images (4) is below required_images (5)"),
         ({"completion_url": "http://example.org/done?cc={code}"}, "must be an https:// address"),
         ({"completion_url": "https://example.org/done"}, "must hold {code} once"),
+        ({"completion_url": "https://[::1/done?cc={code}"}, "must be an https:// address"),
         ({"platform": "mturk"}, "names its query parameters"),
         ({"participant_parameter": "STUDY_ID"}, "the three query parameters must differ"),
         ({"bonus_rate": "0.05"}, "a bonus_rate needs a bonus_rule"),
