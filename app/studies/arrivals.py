@@ -73,7 +73,7 @@ class Arrival:
 
 
 def study_of_link(*, db_session: Session, token: str, lock: bool = False) -> Study:
-    """The study whose link holds this token (locked for an admission), or NotFound."""
+    """The study whose link holds this token (locked for an admission); refused (404) when none does."""
     query = select(Study).where(Study.token_hash == hash_api_token(token))
     study = db_session.scalar(query.with_for_update() if lock else query)
     if study is None:
