@@ -29,13 +29,13 @@ from app.images.service import image_counts
 from app.jobs import workers
 from app.jobs.progress import competition_progress
 from app.jobs.selections import survivors_line
-from app.labelling import adjudication
-from app.labelling.annotators import annotator_stats
-from app.labelling.gold import gold_questions
 from app.labelling.models import QualityFlagKind
-from app.labelling.quality import list_flags
+from app.labelling.quality_control import adjudication
+from app.labelling.quality_control.annotators import annotator_stats
+from app.labelling.quality_control.gold import gold_questions
+from app.labelling.quality_control.quality import list_flags
+from app.labelling.quality_control.work_records import ACTIVE_SECONDS_CAP, span, work_records
 from app.labelling.types import LabellingSettings
-from app.labelling.work_records import ACTIVE_SECONDS_CAP, span, work_records
 from app.leaderboard import snapshots
 from app.leaderboard.agreement import competition_quality
 from app.leaderboard.standings import compute_leaderboard

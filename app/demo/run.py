@@ -51,8 +51,8 @@ from app.images.service import ImageLimits, import_entries
 from app.images.sources import Candidate
 from app.images.store import ImageStore
 from app.jobs.lifecycle import enqueue_classifier
-from app.labelling.policy import active_cost
-from app.labelling.policy_runner import ready
+from app.labelling.active_sampling.policy import active_cost
+from app.labelling.active_sampling.policy_runner import ready
 from app.leaderboard.agreement import competition_quality
 from app.main import create_app
 from app.migrate import upgrade
@@ -315,7 +315,7 @@ def simulate_labelling(settings: Settings, competition: Competition, corpus: Dig
     if competition.sampling == Sampling.active:
         # The simulated panel answers a hundred times faster than people: the policy's process, which a
         # server starts at its first answer under active sampling, is started first so that its second or
-        # two of start-up does not fall inside the labelling (app.labelling.policy_runner).
+        # two of start-up does not fall inside the labelling (app.labelling.active_sampling.policy_runner).
         app.state.policy_runner.start().submit(ready).result()
     with serve_in_thread(app) as url:
         tally = run_panel(

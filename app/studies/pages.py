@@ -14,7 +14,7 @@ from app.competitions.models import Competition
 from app.db.base import utcnow
 from app.db.session import SessionDep
 from app.i18n import N_
-from app.labelling.pages import render_label_page
+from app.labelling.annotating.pages import render_label_page
 from app.studies import arrivals, progress, service
 from app.studies.arrivals import ArrivalRefused
 from app.studies.enums import Outcome

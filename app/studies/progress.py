@@ -1,8 +1,9 @@
 """A participant's work in a study and how they leave it.
 
 Their work counts from their consent (arrived_at) until they leave (finished_at): the images they answered
-(at least one answer standing), their active time by the server's clock (app.labelling.work_records) and
-their first answers to gold questions. They leave, first match:
+(at least one answer standing), their active time by the server's clock
+(app.labelling.quality_control.work_records) and their first answers to gold questions. They leave, first
+match:
 
 - screened_out: quality control paused them in the competition (an open gold flag);
 - completed: they answered the study's upper limit (max_images);
@@ -19,10 +20,10 @@ from sqlalchemy.orm import Session
 
 from app.competitions.models import CompetitionMember
 from app.errors import Conflict, NotFound
-from app.labelling.annotators import images_left, lock_annotator
 from app.labelling.models import Assignment, AssignmentStatus, GoldAnswer, LabelItem, Question, Vote
-from app.labelling.quality import paused_reason
-from app.labelling.work_records import active_seconds
+from app.labelling.quality_control.annotators import images_left, lock_annotator
+from app.labelling.quality_control.quality import paused_reason
+from app.labelling.quality_control.work_records import active_seconds
 from app.studies.enums import Outcome
 from app.studies.models import Study, StudyParticipant
 from app.users.models import User
@@ -146,7 +147,7 @@ def finish(*, db_session: Session, study: Study, user: User, now: datetime) -> O
     membership of the competition ends, and their leases there with it.
 
     Their answers in flight land first, and none after: the account's row is locked as a deactivation
-    locks it (app.labelling.annotators.lock_annotator)."""
+    locks it (app.labelling.quality_control.annotators.lock_annotator)."""
     lock_annotator(db_session=db_session, user=user)
     state = participation(db_session=db_session, study=study, user=user, now=now)
     if state.participant.outcome is not None:

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from app.competitions.models import Competition, CompetitionMember
 from app.competitions.service import get_competition
 from app.errors import InvalidInput, NotFound
-from app.labelling.annotators import deactivate
+from app.labelling.quality_control.annotators import deactivate
 from app.security import hash_api_token
 from app.studies.enums import BonusRule, Outcome
 from app.studies.models import CrowdIdentity, Study, StudyParticipant

@@ -237,8 +237,8 @@ def set_active(*, db_session: Session, user: User, is_active: bool, keep_tokens:
     """Deactivate (False) or reactivate (True) an account; a deactivated one cannot sign in, and its
     sessions end and its API tokens are revoked unless keep_tokens (kept, they work again once it is
     reactivated; reactivating brings no session back). An annotator is deactivated by
-    app.labelling.annotators.deactivate, which also waits for their answers in flight and ends their
-    leases."""
+    app.labelling.quality_control.annotators.deactivate, which also waits for their answers in flight and ends
+    their leases."""
     user.is_active = is_active
     if not is_active:
         end_sessions(db_session=db_session, user=user)

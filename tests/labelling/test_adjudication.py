@@ -9,9 +9,9 @@ import pyarrow.parquet as pq
 import pytest
 from sqlalchemy import select
 
-from app.labelling.annotators import set_votes_excluded
+from app.labelling.annotating.queue import next_item
 from app.labelling.models import LabelItem, PairImage
-from app.labelling.queue import next_item
+from app.labelling.quality_control.annotators import set_votes_excluded
 from app.leaderboard.standings import compute_leaderboard
 from app.release.bundle import write_release
 from tests.labelling.contested import contested_competition

@@ -1,5 +1,5 @@
-"""The policy's own process (app/labelling/policy_runner.py): reruns happen there, on the committed database,
-and a dead process is replaced at the next rerun."""
+"""The policy's own process (app/labelling/active_sampling/policy_runner.py): reruns happen there, on the
+committed database, and a dead process is replaced at the next rerun."""
 
 import asyncio
 import os
@@ -12,9 +12,9 @@ from app.competitions.models import Sampling
 from app.competitions.schemas import CompetitionCreate
 from app.competitions.service import create_competition
 from app.db.engine import create_db_engine, create_sessionmaker
+from app.labelling.active_sampling.policy import set_sampling
+from app.labelling.active_sampling.policy_runner import PolicyRunner, ready
 from app.labelling.models import ActivePolicy
-from app.labelling.policy import set_sampling
-from app.labelling.policy_runner import PolicyRunner, ready
 from tests.labelling.factories import labelling_competition
 
 

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from app.cli.main import app as cli
 from app.db.base import Base
 from app.db.engine import create_db_engine
-from app.labelling.router import labelling_request
+from app.labelling.annotating.router import labelling_request
 from app.main import create_app
 from app.settings import Settings
 from app.users.auth import current_user, require_admin, require_worker
@@ -150,7 +150,7 @@ ROUTES = {
 GATES = {ADMIN: require_admin, ANNOTATOR: labelling_request, WORKER: require_worker, ACCOUNT: current_user}
 SIGNED_IN_BY_GATE = {ANNOTATOR}
 """The labelling hot path's gate reads the caller with the competition in one query, not through
-current_user (app/labelling/router.py)."""
+current_user (app/labelling/annotating/router.py)."""
 WELL_FORMED_BODIES = {
     ("POST", "/api/v1/competitions/{competition_id}/labelling/answers"): {
         "answers": [{"question_id": 0, "answer": True}]
@@ -159,7 +159,8 @@ WELL_FORMED_BODIES = {
     ("POST", "/api/v1/competitions/{competition_id}/labelling/skip"): {"item_id": 0},
 }
 """Bodies (of no question or item) for the labelling routes, which read their caller after the body is
-validated (app/labelling/router.py: labelling_request): a role they do not admit is refused all the same."""
+validated (app/labelling/annotating/router.py: labelling_request): a role they do not admit is refused all the
+same."""
 ADMITTED = {
     PUBLIC: {"anonymous", "annotator", "worker", "admin"},
     ACCOUNT: {"annotator", "worker", "admin"},

@@ -25,8 +25,8 @@ from app.competitions.schemas import CompetitionCreate
 from app.competitions.service import create_competition
 from app.images.models import Image
 from app.images.store import ImageStore
-from app.labelling.gold import add_gold_questions
 from app.labelling.models import Question, Vote
+from app.labelling.quality_control.gold import add_gold_questions
 from app.studies.schemas import StudyCreate
 from app.studies.service import create_study
 from app.users import service as users_service

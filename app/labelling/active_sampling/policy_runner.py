@@ -8,7 +8,7 @@ rose to 2.5× uniform sampling's; in a process of its own it costs the requests 
 started at the first answer under active sampling (a server that never samples actively never starts it;
 starting takes a second or two of importing, done before the first rerun is due) with its own engine, made
 once, and reruns one competition at a time; several server processes' reruns of one competition wait for
-each other on the competition's row (app.labelling.policy).
+each other on the competition's row (app.labelling.active_sampling.policy).
 """
 
 import asyncio
@@ -20,7 +20,7 @@ from concurrent.futures.process import BrokenProcessPool
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.db.engine import create_db_engine, create_sessionmaker
-from app.labelling import policy
+from app.labelling.active_sampling import policy
 
 _sessions: dict[str, sessionmaker[Session]] = {}
 
