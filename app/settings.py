@@ -46,7 +46,7 @@ class OpenIDProvider(BaseModel):
         url = urlsplit(issuer)
         if url.scheme == "https" and url.hostname:
             return issuer
-        if url.scheme == "http" and url.hostname is not None and _is_loopback(url.hostname):
+        if url.scheme == "http" and url.hostname is not None and is_loopback(url.hostname):
             return issuer
         raise ValueError(f"{issuer!r} is not an https:// URL (http:// only on 127.0.0.1 or localhost)")
 
@@ -218,7 +218,7 @@ class Settings(BaseSettings):
         return f"sqlite:///{(self.data_dir / 'mad.sqlite3').resolve()}"
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
     """Whether a host name or address is this machine."""
     if host == "localhost":
         return True

@@ -15,13 +15,13 @@ match:
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import and_, case, distinct, func, or_, select, update
+from sqlalchemy import and_, case, distinct, func, or_, select
 from sqlalchemy.orm import Session
 
 from app.competitions.models import CompetitionMember
 from app.errors import Conflict, NotFound
-from app.labelling.models import Assignment, AssignmentStatus, GoldAnswer, LabelItem, Question, Vote
-from app.labelling.quality_control.annotators import images_left, lock_annotator
+from app.labelling.models import GoldAnswer, Question, Vote
+from app.labelling.quality_control.annotators import end_leases, images_left, lock_annotator
 from app.labelling.quality_control.quality import paused_reason
 from app.labelling.quality_control.work_records import active_seconds
 from app.studies.enums import Outcome
@@ -160,16 +160,6 @@ def finish(*, db_session: Session, study: Study, user: User, now: datetime) -> O
     member = db_session.get(CompetitionMember, (study.competition_id, user.id))
     if member is not None:
         db_session.delete(member)
-    items = select(LabelItem.id).where(LabelItem.competition_id == study.competition_id)
-    db_session.execute(
-        update(Assignment)
-        .where(
-            Assignment.user_id == user.id,
-            Assignment.status == AssignmentStatus.leased,
-            Assignment.expires_at > now,
-            Assignment.item_id.in_(items),
-        )
-        .values(expires_at=now)
-    )
+    end_leases(db_session=db_session, user=user, competition_id=study.competition_id)
     db_session.flush()
     return outcome

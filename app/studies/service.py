@@ -8,7 +8,6 @@ participant's ids to it as query parameters (app/studies/arrivals.py).
 
 import secrets
 from dataclasses import dataclass
-from ipaddress import ip_address
 from urllib.parse import urlencode, urlsplit
 
 from sqlalchemy import func, select
@@ -19,6 +18,7 @@ from app.competitions.service import get_competition
 from app.errors import InvalidInput, NotFound
 from app.labelling.quality_control.annotators import deactivate
 from app.security import hash_api_token
+from app.settings import is_loopback
 from app.studies.enums import BonusRule, Outcome
 from app.studies.models import CrowdIdentity, Study, StudyParticipant
 from app.studies.schemas import CompletionCodes, StudyCreate, StudyUpdate
@@ -120,17 +120,7 @@ def _secure_address(url: str) -> bool:
         host = parts.hostname
     except ValueError:  # e.g. an unclosed IPv6 bracket
         return False
-    return bool(host) and (parts.scheme == "https" or (parts.scheme == "http" and _is_loopback(host or "")))
-
-
-def _is_loopback(host: str) -> bool:
-    """Whether a host name or address is this machine (for a completion URL in tests and development)."""
-    if host == "localhost":
-        return True
-    try:
-        return ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return bool(host) and (parts.scheme == "https" or (parts.scheme == "http" and is_loopback(host or "")))
 
 
 def study_link(study: Study, base_url: str, token: str) -> StudyLink:

@@ -5,6 +5,7 @@ import csv
 import io
 import re
 
+import pytest
 from typer.testing import CliRunner
 
 from app.cli.main import app as cli
@@ -35,16 +36,21 @@ def study_options(consent: str) -> list[str]:
     ]
 
 
-def test_a_study_from_the_command_line(tmp_path, fresh_database_url):
-    env = {
+@pytest.fixture
+def env(tmp_path, fresh_database_url) -> dict[str, str]:
+    """Environment for `mad` on a database of its own, with the competition `crowd` and consent.txt made."""
+    environment = {
         "MAD_DATABASE_URL": fresh_database_url,
         "MAD_DATA_DIR": str(tmp_path / "data"),
         "MAD_ENV": "development",
     }
-    consent = tmp_path / "consent.txt"
-    consent.write_text(CONSENT, encoding="utf-8")
-    assert invoke(env, "competitions", "create", "crowd").exit_code == 0
-    made = invoke(env, "studies", "create", "crowd", *study_options(str(consent)))
+    (tmp_path / "consent.txt").write_text(CONSENT, encoding="utf-8")
+    assert invoke(environment, "competitions", "create", "crowd").exit_code == 0
+    return environment
+
+
+def test_a_study_from_the_command_line(env, tmp_path, fresh_database_url):
+    made = invoke(env, "studies", "create", "crowd", *study_options(str(tmp_path / "consent.txt")))
     assert made.exit_code == 0, made.output
     link = re.search(
         r"https://mad\.example\.org/join/(\S+)\?PROLIFIC_PID=\{\{%PROLIFIC_PID%\}\}\S*", made.output
@@ -102,16 +108,8 @@ def test_a_study_from_the_command_line(tmp_path, fresh_database_url):
     assert invoke(env, "studies", "bonuses", str(study_id)).exit_code == 1
 
 
-def test_bad_study_options_are_clean_messages_and_make_nothing(tmp_path, fresh_database_url):
-    env = {
-        "MAD_DATABASE_URL": fresh_database_url,
-        "MAD_DATA_DIR": str(tmp_path / "data"),
-        "MAD_ENV": "development",
-    }
-    consent = tmp_path / "consent.txt"
-    consent.write_text(CONSENT, encoding="utf-8")
-    assert invoke(env, "competitions", "create", "crowd").exit_code == 0
-    options = study_options(str(consent))
+def test_bad_study_options_are_clean_messages_and_make_nothing(env, tmp_path):
+    options = study_options(str(tmp_path / "consent.txt"))
     for args, why in (
         (["nope", *options], "no competition named 'nope'"),
         (
