@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import func, select
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.competitions.members import add_member
@@ -27,6 +26,7 @@ from app.studies.models import CrowdIdentity, Study, StudyParticipant
 from app.studies.progress import Work, finish, outcome_due, participants_work
 from app.studies.service import PROLIFIC
 from app.users.models import Role, User
+from app.users.service import add_user_under_free_name
 
 PROLIFIC_ID = re.compile(r"[0-9a-f]{24}")
 """A Prolific id (participant, study, session): 24 hexadecimal digits."""
@@ -184,19 +184,9 @@ def _account(db_session: Session, study: Study, participant_id: str) -> User:
     )
     if identity is not None:
         return db_session.get_one(User, identity.user_id)
-    while True:
-        user = User(
-            username=f"{study.platform}-{secrets.token_hex(5)}",
-            role=Role.annotator,
-            password_hash=None,
-            member_competitions_only=True,
-        )
-        try:
-            with db_session.begin_nested():
-                db_session.add(user)
-            break
-        except IntegrityError:  # the random name was taken: draw again
-            continue
+    wanted = f"{study.platform}-{secrets.token_hex(5)}"
+    user = add_user_under_free_name(db_session=db_session, wanted=wanted, role=Role.annotator)
+    user.member_competitions_only = True
     db_session.add(CrowdIdentity(platform=study.platform, participant_id=participant_id, user_id=user.id))
     db_session.flush()
     return user
