@@ -33,6 +33,8 @@ from app.settings import Settings
 from app.site.openid_pages import OpenIDClients
 from app.site.openid_pages import router as openid_pages_router
 from app.site.pages import router as site_pages_router
+from app.studies.pages import router as studies_pages_router
+from app.studies.router import router as studies_router
 from app.users.auth import OptionalUser, may_send_large_bodies, signed_in_user
 from app.users.rate_limit import LoginLimits
 from app.users.router import router as users_router
@@ -66,6 +68,7 @@ API_SECTIONS = (
     ("classifiers", "Registering classifiers: timm weights, pretrained tags, predictions."),
     ("jobs", "Prediction and selection jobs, claimed and finished by workers; progress."),
     ("leaderboard", "The MAD ranking, its history, frozen boards, analyses, quality, exports."),
+    ("studies", "Paid crowd studies (Prolific): links, participants, completion codes, bonuses."),
     ("operations", "Metrics for Prometheus."),
     ("health", "Liveness and the database check."),
 )
@@ -164,6 +167,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(metrics_router(labelling_gauges, job_gauges))
     app.include_router(leaderboard_router)
     app.include_router(leaderboard_pages_router)
+    app.include_router(studies_router)
+    app.include_router(studies_pages_router)
     app.include_router(admin_pages_router)
     app.include_router(site_pages_router)
     app.include_router(openid_pages_router)

@@ -17,6 +17,7 @@ from app.labelling.models import (
     Vote,
 )
 from app.leaderboard.models import LeaderboardSnapshot
+from app.studies.models import CrowdIdentity, Study, StudyParticipant
 from app.users.models import ApiToken, Invitation, User
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "Base",
     "Classifier",
     "Competition",
+    "CrowdIdentity",
     "CompetitionVersion",
     "CompetitionImage",
     "CompetitionMember",
@@ -38,6 +40,8 @@ __all__ = [
     "PairSubset",
     "QualityFlag",
     "Question",
+    "Study",
+    "StudyParticipant",
     "UndoDepth",
     "User",
     "Vote",

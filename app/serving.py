@@ -31,9 +31,10 @@ else:
     from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 STARTUP_TIMEOUT_S = 30
-SECRETS_IN_URLS = re.compile(r"(/invitations/|[?&]lease_token=)[^/?&#\s]+")
-"""An invitation link's token (the page's path) and a lease token in a query (older workers sent it there;
-ours send the X-Lease-Token header)."""
+SECRETS_IN_URLS = re.compile(r"(/invitations/|[?&]lease_token=)[^/?&#\s]+|(/join/)\S+")
+"""An invitation link's token (the page's path), a lease token in a query (older workers sent it there;
+ours send the X-Lease-Token header), and a crowd study's link: its token and its whole query, which holds
+the participant's platform ids (personal data) under parameter names of the admin's choosing."""
 
 
 class RedactSecrets(logging.Filter):
@@ -43,10 +44,14 @@ class RedactSecrets(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if isinstance(record.args, tuple):  # client, method, path with query, HTTP version, status
             record.args = tuple(
-                SECRETS_IN_URLS.sub(r"\1[redacted]", arg) if isinstance(arg, str) else arg
-                for arg in record.args
+                SECRETS_IN_URLS.sub(_redacted, arg) if isinstance(arg, str) else arg for arg in record.args
             )
         return True
+
+
+def _redacted(secret: re.Match) -> str:
+    """What stays of a secret in a URL: the part before it (a path's folder or a query's name)."""
+    return (secret.group(1) or secret.group(2)) + "[redacted]"
 
 
 def log_config() -> dict:

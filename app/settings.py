@@ -47,7 +47,7 @@ class OpenIDProvider(BaseModel):
         url = urlsplit(issuer)
         if url.scheme == "https" and url.hostname:
             return issuer
-        if url.scheme == "http" and url.hostname is not None and _is_loopback(url.hostname):
+        if url.scheme == "http" and url.hostname is not None and is_loopback(url.hostname):
             return issuer
         raise ValueError(f"{issuer!r} is not an https:// URL (http:// only on 127.0.0.1 or localhost)")
 
@@ -148,6 +148,12 @@ class Settings(BaseSettings):
         description="Failed sign-ins allowed per address, whatever the usernames, per window.",
     )
     login_window_s: int = Field(default=300, ge=1, description="Window of login_max_failures, seconds.")
+    study_arrivals_per_minute: int = Field(
+        default=60,
+        ge=1,
+        description="New participants one crowd study admits per minute; more are asked to try again shortly "
+        "(a leaked study link cannot make accounts faster than this).",
+    )
     metrics_token: str = Field(
         default="",
         description="Bearer token that reads /metrics (Prometheus); empty: /metrics is off (404).",
@@ -234,7 +240,7 @@ class Settings(BaseSettings):
         return f"sqlite:///{(self.data_dir / 'mad.sqlite3').resolve()}"
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
     """Whether a host name or address is this machine."""
     if host == "localhost":
         return True

@@ -3,6 +3,9 @@
 // ten), I shows what the class means, Z zooms (arrow keys pan, + and − zoom further; tap and pinch on touch).
 // An image's answers are sent together once its last question is answered, and the same request brings the
 // next image; no page reloads. Answers that meet an ended session are kept and sent after signing in again.
+// Whenever the page has shown what comes next (an image, nothing left, a pause), it tells the page's other
+// scripts with a "label:shown" event on #label-app whose detail.status is "item" or the reason (a crowd
+// study's page leaves the study then: static/study.js).
 (() => {
   "use strict";
 
@@ -219,6 +222,11 @@
     if (data.item) showItem(data.item);
     else showNothing(data.status);
     if (!data.item || sinceStats >= STATS_EVERY) await refreshStats();
+    shown(data.item ? "item" : data.status);
+  }
+
+  function shown(status) {
+    app.dispatchEvent(new CustomEvent("label:shown", { detail: { status } }));
   }
 
   // Quality control paused the annotator here: say why; nothing more can be answered until an admin decides.
@@ -226,6 +234,7 @@
     showNothing("paused");
     question.textContent = reason;
     say("");
+    shown("paused");
   }
 
   async function showAfterAnswers(result) {

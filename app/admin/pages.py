@@ -1,5 +1,5 @@
 """Admin pages: competitions, images, classifiers (Algorithm 2 runs on its own), job progress, annotators,
-gold questions and quality control.
+gold questions and quality control, crowd studies and their participants.
 
 The pages only read; their forms call the REST API from static/forms.js with the page's CSRF token, so
 every admin action has one implementation (and one set of checks) behind the API.
@@ -39,6 +39,9 @@ from app.labelling.types import LabellingSettings
 from app.leaderboard import snapshots
 from app.leaderboard.agreement import competition_quality
 from app.leaderboard.standings import by_rank, compute_leaderboard
+from app.studies import payments
+from app.studies import service as studies_service
+from app.studies.enums import BonusRule
 from app.users import invitations
 from app.users import service as users_service
 from app.users.auth import ADMIN_ROLES, OptionalUser, page_user
@@ -53,8 +56,9 @@ RECENT_IMAGES_SHOWN = 20
 
 @router.get("/admin", response_class=HTMLResponse)
 def admin_home(request: Request, db_session: SessionDep, user: OptionalUser):
-    """Competitions (and a form to create one), accounts (create, pause, exclude votes), their API tokens
-    (issue, revoke), invitations, and a warning when no worker has been seen for a job lease."""
+    """Competitions (and a form to create one), accounts (create, pause, exclude votes; study participants'
+    are on their studies' pages), their API tokens (issue, revoke), invitations, and a warning when no
+    worker has been seen for a job lease."""
     admin = page_user(request, user, *ADMIN_ROLES)
     if isinstance(admin, RedirectResponse):
         return admin
@@ -64,13 +68,15 @@ def admin_home(request: Request, db_session: SessionDep, user: OptionalUser):
         lost_after_s=request.app.state.settings.job_lease_s,
         jobs_waiting=workers.queued_count(db_session=db_session),
     )
+    accounts = users_service.list_users(db_session=db_session)
     return render(
         request,
         "admin.html",
         user=admin,
         competitions=competitions_service.list_competitions(db_session=db_session),
         image_counts=image_counts(db_session=db_session),
-        users=users_service.list_users(db_session=db_session),
+        users=[account for account in accounts if not account.member_competitions_only],
+        participants=sum(account.member_competitions_only for account in accounts),
         tokens=users_service.list_api_tokens(db_session=db_session),
         invitations=[
             (invitation, username, invitations.invitation_status(invitation))
@@ -121,7 +127,10 @@ def admin_competition(
         candidates=[
             account
             for account in users_service.list_users(db_session=db_session)
-            if account.role == Role.annotator and account.is_active and account.id not in member_ids
+            if account.role == Role.annotator
+            and account.is_active
+            and not account.member_competitions_only
+            and account.id not in member_ids
         ],
         user=admin,
         competition=competition,
@@ -238,6 +247,52 @@ def admin_work_records(
         competitions=competitions_service.list_competitions(db_session=db_session),
         cap=ACTIVE_SECONDS_CAP,
         csv_url="/api/v1/work-records?" + urlencode(query),
+    )
+
+
+@router.get("/admin/studies", response_class=HTMLResponse)
+def admin_studies(request: Request, db_session: SessionDep, user: OptionalUser):
+    """Crowd studies: each with its participants by outcome, and a form to open one for a competition."""
+    admin = page_user(request, user, *ADMIN_ROLES)
+    if isinstance(admin, RedirectResponse):
+        return admin
+    studies = studies_service.list_studies(db_session=db_session)
+    competitions = competitions_service.list_competitions(db_session=db_session)
+    return render(
+        request,
+        "admin_studies.html",
+        user=admin,
+        studies=[
+            (study, *studies_service.outcome_counts(db_session=db_session, study=study)) for study in studies
+        ],
+        competitions=competitions,
+        names={competition.id: competition.name for competition in competitions},
+        bonus_rules=[rule.value for rule in BonusRule],
+    )
+
+
+@router.get("/admin/studies/{study_id}", response_class=HTMLResponse)
+def admin_study(request: Request, study_id: int, db_session: SessionDep, user: OptionalUser):
+    """A study: its settings (change, close or reopen), a new link, its participants with their work,
+    outcome and bonus (as CSV and as the platform's bonus file), and its deletion."""
+    admin = page_user(request, user, *ADMIN_ROLES)
+    if isinstance(admin, RedirectResponse):
+        return admin
+    study = studies_service.get_study(db_session=db_session, study_id=study_id)
+    rows = payments.participant_rows(db_session=db_session, study=study, now=utcnow())
+    return render(
+        request,
+        "admin_study.html",
+        user=admin,
+        study=study,
+        competition=competitions_service.get_competition(
+            db_session=db_session, competition_id=study.competition_id
+        ),
+        codes=studies_service.codes_of(study),
+        rows=rows,
+        total_bonus=sum(row.bonus for row in rows),
+        bonus_rules=[rule.value for rule in BonusRule],
+        cap=ACTIVE_SECONDS_CAP,
     )
 
 

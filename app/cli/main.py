@@ -1,4 +1,5 @@
-"""The `mad` command line: database, server, accounts, competitions, images, classifiers, workers."""
+"""The `mad` command line: database, server, accounts, competitions, images, classifiers, workers, crowd
+studies."""
 
 import inspect
 
@@ -12,6 +13,7 @@ from app.cli.demo import demo
 from app.cli.images import images_app
 from app.cli.release import release
 from app.cli.simulate import simulate
+from app.cli.studies import studies_app
 from app.cli.taxonomy import taxonomy_app
 from app.cli.users import users_app
 from app.cli.worker import jobs, worker
@@ -27,6 +29,7 @@ app.add_typer(competitions_app, name="competitions")
 app.add_typer(images_app, name="images")
 app.add_typer(classifiers_app, name="classifiers")
 app.add_typer(taxonomy_app, name="taxonomy")
+app.add_typer(studies_app, name="studies")
 app.command()(worker)
 app.command()(jobs)
 app.command()(simulate)

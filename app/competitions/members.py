@@ -55,8 +55,9 @@ def remove_member(*, db_session: Session, competition: Competition, user_id: int
 
 
 def may_label(*, db_session: Session, competition: Competition, user: User) -> bool:
-    """Whether the user may label in the competition: an admin, an open competition, or a member."""
-    if user.role == Role.admin or not competition.members_only:
+    """Whether the user may label in the competition: an admin, an open competition (unless the account
+    labels only where it is a member), or a member."""
+    if user.role == Role.admin or not (competition.members_only or user.member_competitions_only):
         return True
     return db_session.get(CompetitionMember, (competition.id, user.id)) is not None
 
@@ -79,7 +80,8 @@ def check_visible(*, db_session: Session, competition: Competition, user: User |
 
 def competitions_of(*, db_session: Session, user: User | None) -> list[Competition]:
     """The competitions the caller may label in and see, oldest first: every one for an admin, the open
-    ones and those they are a member of for anyone else (the open ones for an anonymous caller)."""
+    ones and those they are a member of for anyone else (the open ones for an anonymous caller; only those
+    they are a member of for an account that labels only there)."""
     query = select(Competition).order_by(Competition.id)
     if user is None:
         query = query.where(~Competition.members_only)
@@ -87,5 +89,7 @@ def competitions_of(*, db_session: Session, user: User | None) -> list[Competiti
         membership = exists().where(
             CompetitionMember.competition_id == Competition.id, CompetitionMember.user_id == user.id
         )
-        query = query.where(or_(~Competition.members_only, membership))
+        query = query.where(
+            membership if user.member_competitions_only else or_(~Competition.members_only, membership)
+        )
     return list(db_session.scalars(query))

@@ -38,6 +38,9 @@ class User(Base):
     locale: Mapped[str | None] = mapped_column(String(16))
     """The language the person chose for the pages and questions (app.i18n.locales()); None: their
     browser's Accept-Language decides."""
+    member_competitions_only: Mapped[bool] = mapped_column(default=False)
+    """The account labels in, and is shown, only the competitions it is a member of, open ones too: a crowd
+    study's participant (app/studies), whom the study's link admits into its competition alone."""
 
     @validates("username")
     def _set_username_key(self, _field: str, username: str) -> str:

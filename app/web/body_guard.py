@@ -7,7 +7,7 @@ or its caller may not send it, so that an anonymous 1 GB POST costs the server n
   Content-Length over it is answered 413 at once; a body without one is counted as it arrives and answered
   413 as soon as it passes the limit (nothing beyond is read).
 - A state-changing request without any credentials (no bearer token, no signed-in session) is answered
-  401 before its body is read, except the sign-in, sign-out, language and invitation forms.
+  401 before its body is read, except the sign-in, sign-out, language, invitation and study consent forms.
 - A body over SMALL_BODY_BYTES (or of unknown length) is read only for an active admin or worker: their
   credentials are checked first (a short database step), so a made-up token cannot make the server read
   or spool gigabytes before its 401.
@@ -34,7 +34,7 @@ UPLOAD_ROUTES = (
     re.compile(r"/api/v1/jobs/[^/]+/predictions"),
 )
 COMPETITION_ROUTE = "/api/v1/competitions"
-OPEN_FORMS = re.compile(r"/login(/sso/[^/]+)?|/logout|/language|/invitations/[^/]+")
+OPEN_FORMS = re.compile(r"/login(/sso/[^/]+)?|/logout|/language|/invitations/[^/]+|/join/[^/]+")
 """State-changing routes anyone may post to (their CSRF token is checked by the route)."""
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 

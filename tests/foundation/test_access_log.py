@@ -1,5 +1,6 @@
-"""`mad serve`'s access log never shows the secrets a URL can carry: an invitation link's token, and a lease
-token that an older worker sends in a query (ours send the X-Lease-Token header)."""
+"""`mad serve`'s access log never shows the secrets a URL can carry: an invitation link's token, a lease
+token that an older worker sends in a query (ours send the X-Lease-Token header), and a crowd study's link
+with the participant's platform ids in its query (personal data)."""
 
 import os
 import subprocess
@@ -15,9 +16,11 @@ from tests.conftest import TEST_SECRET_KEY
 from tests.reliability.test_faults import REPOSITORY, free_port, wait_for
 
 LEASE_SECRET = "0123456789abcdef0123456789abcdef"
+STUDY_SECRET = "a-study-link-secret"
+PARTICIPANT_ID = "5f0123456789abcdef012345"
 
 
-def test_mad_serve_logs_requests_without_invitation_or_lease_tokens(tmp_path, fresh_database_url):
+def test_mad_serve_logs_requests_without_invitation_lease_or_study_secrets(tmp_path, fresh_database_url):
     engine = create_db_engine(fresh_database_url)
     try:
         with create_sessionmaker(engine)() as session:
@@ -53,6 +56,8 @@ def test_mad_serve_logs_requests_without_invitation_or_lease_tokens(tmp_path, fr
             wait_for(lambda: _healthy(url, server), "mad serve to start")
             page = httpx.get(f"{url}/invitations/{invitation}")
             assert page.status_code == 200 and page.headers["referrer-policy"] == "no-referrer"
+            joining = httpx.get(f"{url}/join/{STUDY_SECRET}", params={"PROLIFIC_PID": PARTICIPANT_ID})
+            assert joining.status_code == 404  # no such study: what matters is what the log keeps
             older_worker = httpx.get(
                 f"{url}/api/v1/jobs/999/images.tar",
                 params={"lease_token": LEASE_SECRET, "start": 0},
@@ -64,6 +69,8 @@ def test_mad_serve_logs_requests_without_invitation_or_lease_tokens(tmp_path, fr
             server.wait(timeout=30)
     logged = log.read_text()
     assert invitation not in logged and LEASE_SECRET not in logged and worker_token not in logged
+    assert STUDY_SECRET not in logged and PARTICIPANT_ID not in logged
+    assert '"GET /join/[redacted] HTTP/1.1" 404' in logged
     assert '"GET /invitations/[redacted] HTTP/1.1" 200' in logged
     assert '"GET /api/v1/jobs/999/images.tar?lease_token=[redacted]&start=0 HTTP/1.1" 404' in logged
 

@@ -24,6 +24,10 @@ ANNOTATOR_PAGES = (
     "invitation.html",
     "error.html",
     "openid_buttons.html",
+    "study_consent.html",
+    "study_label.html",
+    "study_done.html",
+    "study_refused.html",
 )
 """The pages annotators read (the admin pages may stay English)."""
 SHIPPED = ("de", "es")

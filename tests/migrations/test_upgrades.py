@@ -15,10 +15,13 @@ import pytest
 from alembic.script import ScriptDirectory
 from fastapi.testclient import TestClient
 
+from app.db.base import utcnow
 from app.db.engine import create_db_engine
 from app.main import create_app
 from app.migrate import alembic_config, upgrade
 from app.settings import OpenIDProvider
+from app.studies.payments import participant_rows
+from app.studies.service import get_study
 from app.users.openid import ProviderIdentity, sign_in_identity
 from tests.conftest import settings_for
 from tests.labelling.factories import sign_in
@@ -93,7 +96,8 @@ def assert_kept(before: Rows, after: Rows, dropped: set[str]) -> None:
 def assert_the_service_reads(url: str, seeded: Rows, tmp_path: Path) -> None:
     """The leaderboard of every seeded competition names its classifiers (and counts labelled images when
     questions are decided), every frozen board is served, every person signs in with the test password and
-    every OpenID identity to its account, and an annotator's progress counts their votes."""
+    every OpenID identity to its account, an annotator's progress counts their votes, and every crowd study
+    lists its participants with their platform ids and outcomes."""
     app = create_app(settings_for(tmp_path, url))
     active = {user["id"] for user in seeded.get("users", []) if user["is_active"]}
     for identity in seeded.get("openid_identities", []):
@@ -117,6 +121,19 @@ def assert_the_service_reads(url: str, seeded: Rows, tmp_path: Path) -> None:
                 signed_in=None,
             )
             assert signed_in.id == identity["user_id"]
+    for study in seeded.get("studies", []):
+        with app.state.sessionmaker() as db_session:
+            listed = participant_rows(
+                db_session=db_session,
+                study=get_study(db_session=db_session, study_id=study["id"]),
+                now=utcnow(),
+            )
+        identities = {row["user_id"]: row["participant_id"] for row in seeded["crowd_identities"]}
+        assert sorted((row.participant_id, row.finished_at is not None) for row in listed) == sorted(
+            (identities[row["user_id"]], row["finished_at"] is not None)
+            for row in seeded["study_participants"]
+            if row["study_id"] == study["id"]
+        )
     with TestClient(app) as client:
         for competition in seeded.get("competitions", []):
             board = client.get(f"/api/v1/competitions/{competition['id']}/leaderboard")

@@ -27,10 +27,11 @@ from tests.reliability.world import World
 from tests.support.routes import endpoints
 
 PUBLIC, ACCOUNT, ANNOTATOR, WORKER, ADMIN, FORM = "public", "account", "annotator", "worker", "admin", "form"
-METRICS = "metrics"
+METRICS, PARTICIPANT = "metrics", "participant"
 """public: anyone; account: any signed-in user; annotator / worker: that role or an admin; admin: admins
 only; form: a sign-in form post, open to anyone holding the page's CSRF token; metrics: the bearer of
-MAD_METRICS_TOKEN only, no account (off, 404, without one)."""
+MAD_METRICS_TOKEN only, no account (off, 404, without one); participant: a crowd study's participant, signed
+in through its link (any other account takes no part in it: 404; a visitor 401)."""
 
 ROUTES = {
     ("GET", "/"): PUBLIC,
@@ -129,6 +130,22 @@ ROUTES = {
     ("GET", "/admin/competitions/{competition_id}/quality"): ADMIN,
     ("GET", "/admin/competitions/{competition_id}/review"): ADMIN,
     ("GET", "/admin/work-records"): ADMIN,
+    ("POST", "/api/v1/studies"): ADMIN,
+    ("GET", "/api/v1/studies"): ADMIN,
+    ("GET", "/api/v1/studies/{study_id}"): ADMIN,
+    ("PATCH", "/api/v1/studies/{study_id}"): ADMIN,
+    ("POST", "/api/v1/studies/{study_id}/link"): ADMIN,
+    ("DELETE", "/api/v1/studies/{study_id}"): ADMIN,
+    ("GET", "/api/v1/studies/{study_id}/participants"): ADMIN,
+    ("GET", "/api/v1/studies/{study_id}/bonuses"): ADMIN,
+    ("GET", "/api/v1/studies/{study_id}/me"): PARTICIPANT,
+    ("POST", "/api/v1/studies/{study_id}/me/finish"): PARTICIPANT,
+    ("GET", "/join/{token}"): PUBLIC,
+    ("POST", "/join/{token}"): FORM,
+    ("GET", "/studies/{study_id}/label"): PARTICIPANT,
+    ("GET", "/studies/{study_id}/done"): PARTICIPANT,
+    ("GET", "/admin/studies"): ADMIN,
+    ("GET", "/admin/studies/{study_id}"): ADMIN,
 }
 GATES = {ADMIN: require_admin, ANNOTATOR: labelling_request, WORKER: require_worker, ACCOUNT: current_user}
 SIGNED_IN_BY_GATE = {ANNOTATOR}
@@ -152,6 +169,7 @@ ADMITTED = {
     ADMIN: {"admin"},
     FORM: set(),
     METRICS: set(),
+    PARTICIPANT: set(),
 }
 SIGN_IN_PAGES = {
     "/account",
@@ -162,7 +180,12 @@ SIGN_IN_PAGES = {
     "/admin/competitions/{competition_id}/review",
     "/admin/work-records",
     "/competitions/{competition_id}/label",
+    "/admin/studies",
+    "/admin/studies/{study_id}",
 }
+PARTICIPANT_PAGES = {"/studies/{study_id}/label", "/studies/{study_id}/done"}
+"""A study's pages for its participant: a visitor is told to open the study's link again (401), not sent to
+a sign-in they have no password for."""
 
 
 def test_every_route_is_classified(app):
@@ -174,9 +197,10 @@ def test_every_route_is_classified(app):
 
 def test_api_routes_declare_the_gate_of_their_class(app):
     for endpoint in endpoints(app):
-        if endpoint.path_template in SIGN_IN_PAGES:  # pages check the role in their body (behaviour below)
+        if endpoint.path_template in SIGN_IN_PAGES | PARTICIPANT_PAGES:  # pages check in their body (below)
             continue
         kind = ROUTES[(endpoint.method, endpoint.path_template)]
+        kind = ACCOUNT if kind == PARTICIPANT else kind  # any account's call; the service finds whose
         declared = {name for name, gate in GATES.items() if gate in endpoint.dependency_calls}
         # every role gate needs a signed-in user
         expected = set() if kind not in GATES else {kind} if kind in SIGNED_IN_BY_GATE else {kind, ACCOUNT}
@@ -198,6 +222,7 @@ def sample_path(template: str, world: World) -> str:
         "flag_id": 1,
         "token_id": 999_999,  # no such token: revoking a real one would sign a role of the world out
         "name": "no-such-provider",
+        "study_id": 1,
     }
     return re.sub(r"{(\w+)}", lambda match: str(values[match.group(1)]), template)
 
@@ -219,6 +244,8 @@ def test_every_route_refuses_the_roles_it_does_not_admit(world_app, world):
                     assert status == 403 and "CSRF" in response.json()["detail"], where
                 elif kind == METRICS:
                     assert status in (401, 404), where
+                elif kind == PARTICIPANT:
+                    assert status == (401 if role == "anonymous" else 404), where
                 elif role in ADMITTED[kind]:
                     assert status not in (401, 403), where
                 elif role == "anonymous":

@@ -10,9 +10,10 @@ into a database at its own revision whatever the models have become.
 import json
 import sys
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Connection, DateTime, MetaData, Table, func, select, text
+from sqlalchemy import Connection, DateTime, MetaData, Numeric, Table, func, select, text
 
 from app.db.engine import create_db_engine
 from app.migrate import current_revision
@@ -49,10 +50,11 @@ def load(connection: Connection, seed: Rows) -> None:
         if not seed.get(table.name):
             continue
         dates = {column.name for column in table.columns if isinstance(column.type, DateTime)}
+        decimals = {column.name for column in table.columns if isinstance(column.type, Numeric)}
         connection.execute(
             table.insert(),
             [
-                {name: _date(value) if name in dates else value for name, value in row.items()}
+                {name: _value(value, name in dates, name in decimals) for name, value in row.items()}
                 for row in seed[table.name]
             ],
         )
@@ -66,6 +68,16 @@ def load(connection: Connection, seed: Rows) -> None:
                     connection.execute(
                         text("SELECT setval(CAST(:s AS regclass), :v)"), {"s": sequence, "v": last}
                     )
+
+
+def _value(value: object, date: bool, decimal: bool) -> object:
+    """A seed's value as its column takes it: a date (ISO text) as a datetime, a decimal (its text) as a
+    Decimal, anything else as it is."""
+    if date:
+        return _date(value)  # type: ignore[arg-type]
+    if decimal and value is not None:
+        return Decimal(str(value))
+    return value
 
 
 def _date(value: str | None) -> datetime | None:
@@ -89,9 +101,11 @@ def dump(url: str) -> str:
 
 
 def _iso(value: object) -> str:
-    """JSON for what json cannot write itself: dates as ISO text."""
+    """JSON for what json cannot write itself: dates as ISO text, decimals (money) as their exact text."""
     if isinstance(value, datetime):
         return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
     raise TypeError(f"a seed cannot hold {value!r}")
 
 

@@ -7,12 +7,18 @@ from pathlib import Path
 
 import pytest
 
+from app.db.base import utcnow
 from app.leaderboard.snapshots import freeze_leaderboard
+from app.studies.arrivals import Arrival, admit
+from app.studies.enums import Outcome
+from app.studies.schemas import StudyCreate
+from app.studies.service import create_study
 from app.users import service as users_service
 from app.users.models import Role
 from tests.conftest import TEST_PASSWORD, DatabaseFactory
 from tests.leaderboard.conftest import build_voted
-from tests.support.browser import LiveServer, chromium, serving, sign_in
+from tests.studies.helpers import CODES, CONSENT, arrival, prolific_id
+from tests.support.browser import PAGE_TIMEOUT_S, LiveServer, chromium, serving, sign_in
 
 LAPTOP = {"width": 1366, "height": 768, "deviceScaleFactor": 1, "mobile": False}
 PHONE = {"width": 390, "height": 844, "deviceScaleFactor": 3, "mobile": True}
@@ -22,8 +28,9 @@ PHONE = {"width": 390, "height": 844, "deviceScaleFactor": 3, "mobile": True}
 @dataclass
 class Site:
     """A live server with a voted digits competition (four ranked classifiers and a retired one, some
-    questions still open, and a classifier still predicting), a frozen snapshot, the admin `boss` and the
-    annotator `alice` (who has labelled nothing yet)."""
+    questions still open, and a classifier still predicting), a frozen snapshot, the admin `boss`, the
+    annotator `alice` (who has labelled nothing yet), and a Prolific study of the competition with one
+    participant who has left (`finished_link`: their way back to it) and `study_link` for new ones."""
 
     server: LiveServer
     competition_id: int
@@ -31,6 +38,9 @@ class Site:
     retired_id: int
     newcomer_id: int
     snapshot_slug: str
+    study_id: int
+    study_link: str
+    finished_link: str
 
     @property
     def url(self) -> str:
@@ -54,6 +64,24 @@ def build_site(server: LiveServer, tmp_path: Path) -> Site:
         snapshot = freeze_leaderboard(
             db_session=db_session, competition=voted.competition, note="first look", user=boss
         )
+        study, link = create_study(
+            db_session=db_session,
+            spec=StudyCreate(
+                competition_id=voted.competition.id,
+                name="pilot",
+                codes=CODES,
+                required_images=5,
+                max_participants=100,
+                consent_text=CONSENT,
+            ),
+            base_url=server.url,
+        )
+        finished = Arrival(prolific_id(), "a" * 24, "b" * 24)
+        token = link.url.rsplit("/", 1)[1]
+        participant, _ = admit(
+            db_session=db_session, token=token, arrival=finished, now=utcnow(), per_minute=60
+        )
+        participant.outcome, participant.finished_at = Outcome.no_work_left, utcnow()
         db_session.commit()
         return Site(
             server,
@@ -62,6 +90,9 @@ def build_site(server: LiveServer, tmp_path: Path) -> Site:
             voted.retired.id,
             voted.pending.id,
             snapshot.slug,
+            study.id,
+            link.url.removeprefix(server.url),
+            link.url.removeprefix(server.url) + arrival(finished.participant_id),
         )
 
 
@@ -94,8 +125,26 @@ def use_screen(driver, screen: dict) -> None:
     )
 
 
+PARTICIPANT = "participant"
+"""act_as's name for a study participant, signed in through the study's link."""
+
+
 def act_as(driver, site: Site, username: str | None, next_path: str = "/") -> None:
-    """Start a fresh browser session: signed in as `username`, or anonymous for None."""
+    """Start a fresh browser session: signed in as `username`, as a new participant of the site's study
+    (PARTICIPANT), or anonymous for None."""
     driver.delete_all_cookies()
-    if username is not None:
+    if username == PARTICIPANT:
+        join_study(driver, site.page(site.study_link + arrival(prolific_id())))
+    elif username is not None:
         sign_in(driver, site.url, username, next_path)
+
+
+def join_study(driver, link: str) -> None:
+    """Open a study's link and agree (or go on), as a participant does, and wait for its labelling page."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.get(link)
+    driver.find_element(By.ID, "start").click()
+    WebDriverWait(driver, PAGE_TIMEOUT_S).until(expected_conditions.url_contains("/studies/"))

@@ -14,9 +14,10 @@ from app.core.taxonomy_sources import from_text
 from app.leaderboard.charts import BLACK, WHITE, contrast_ratio
 from tests.conftest import TEST_PASSWORD
 from tests.leaderboard.scenario import DIGITS
+from tests.studies.helpers import arrival, prolific_id
 from tests.support.axe import axe_violations
 from tests.support.browser import PAGE_TIMEOUT_S, network_log
-from tests.web.conftest import LAPTOP, PHONE, Site, act_as, use_screen
+from tests.web.conftest import LAPTOP, PARTICIPANT, PHONE, Site, act_as, use_screen
 
 LINK = re.compile(r'<a href="([^"]*)">([^<]*)</a>')
 BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
@@ -30,8 +31,10 @@ READY = {
     "/redoc": "return document.querySelectorAll('redoc h2').length > 0",
     "label": "const i = document.getElementById('label-image');"
     "return i.complete && i.naturalWidth > 0 && !document.getElementById('answer-yes').disabled",
+    "completion": "const stay = document.getElementById('stay'); if (!stay.hidden) stay.click(); return true",
 }
-"""Pages that draw themselves after loading, and when they are done."""
+"""Pages that draw themselves after loading, and when they are done (a study's completion page goes on to
+the platform after a few seconds unless asked to stay)."""
 
 SMALL_TARGETS = """
 const small = [];
@@ -78,13 +81,23 @@ def tour(site: Site) -> list[tuple[str | None, str, int]]:
         ("boss", f"/admin/competitions/{site.competition_id}/quality", 200),
         ("boss", f"/admin/competitions/{site.competition_id}/review", 200),
         ("boss", f"{competition}/leaderboard", 200),
+        (None, site.study_link + arrival(prolific_id()), 200),
+        (None, site.finished_link, 200),
+        (None, "/join/no-such-link" + arrival(prolific_id()), 404),
+        (None, site.study_link + arrival(None), 422),
+        (None, f"/studies/{site.study_id}/label", 401),
+        (PARTICIPANT, f"/studies/{site.study_id}/label", 200),
+        ("boss", "/admin/studies", 200),
+        ("boss", f"/admin/studies/{site.study_id}", 200),
     ]
 
 
 def check_page(driver, site: Site, path: str, status: int, screen: dict) -> list[str]:
     """Load a page and list what is wrong with it at this screen size."""
     driver.get(site.page(path))
-    ready = READY.get("label" if path.endswith("/label") else path)
+    label = path.endswith("/label") and status == 200
+    kind = "label" if label else "completion" if path == site.finished_link else path
+    ready = READY.get(kind)
     if ready:
         WebDriverWait(driver, PAGE_TIMEOUT_S).until(lambda d: d.execute_script(ready))
     problems = [f"axe: {violation}" for violation in axe_violations(driver)]

@@ -22,8 +22,9 @@ from app.users.models import Role
 class LabellingCaller:
     """An annotator's request resolved in one query: who calls, the competition (None when there is no
     such competition), whether they may label in it (an admin, or the competition is open to all
-    annotators, or they are one of its members), the token they called with (id and last use) if any, and
-    why they are paused in the competition (app.labelling.quality_control.quality), if they are."""
+    annotators and the account does not label only where it is a member, or they are one of its
+    members), the token they called with (id and last use) if any, and why they are paused in the
+    competition (app.labelling.quality_control.quality), if they are."""
 
     labeller: Labeller
     competition: LabellingSettings | None
@@ -84,7 +85,8 @@ def labelling_caller(
         )
     )
     role = Role(row.role)
-    may_label = role == Role.admin or not row.members_only or row.member_id is not None
+    open_to_them = not (row.members_only or row.member_competitions_only)
+    may_label = role == Role.admin or open_to_them or row.member_id is not None
     locale = choose_locale(row.locale, *languages)
     labeller = Labeller(row.id, role, row.votes_excluded, locale, row.weight)
     return LabellingCaller(labeller, competition, may_label, row.token_id, row.last_used_at, row.paused)

@@ -46,6 +46,7 @@ _CALLER_COLUMNS = (
     _reliabilities.c.weight,
     _PAUSED.label("paused"),
     _competitions.c.members_only,
+    _users.c.member_competitions_only,
     _members.c.user_id.label("member_id"),
 )
 _WITH_COMPETITION = (_competitions, _competitions.c.id == bindparam("competition_id"))

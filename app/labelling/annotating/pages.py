@@ -1,6 +1,8 @@
 """The annotator's pages: one image at a time, answered from the keyboard or with big buttons, and the
 competition's guidelines."""
 
+from typing import Any
+
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from sqlalchemy.orm import Session
@@ -31,18 +33,32 @@ def label_page(request: Request, db_session: SessionDep, user: OptionalUser, com
     annotator = page_user(request, user, *ANNOTATOR_ROLES)
     if isinstance(annotator, RedirectResponse):
         return annotator
+    return render_label_page(request, db_session, annotator, competition)
+
+
+def render_label_page(
+    request: Request,
+    db_session: Session,
+    annotator: User,
+    competition: Competition,
+    template: str = "label.html",
+    **page: Any,
+) -> HTMLResponse:
+    """The labelling page of the competition for the annotator (403 where they may not label), rendered
+    from `template` (label.html, or one extending it: a crowd study's, app/studies/pages.py) with `page`."""
     if not may_label(db_session=db_session, competition=competition, user=annotator):
         raise Forbidden(MEMBERS_ONLY)
     reason = paused_reason(db_session=db_session, competition_id=competition.id, user_id=annotator.id)
     paused = None if reason is None else paused_message(reason)
     return render(
         request,
-        "label.html",
+        template,
         user=annotator,
         competition=competition,
         paused=paused,
         flag_decides_alone=too_difficult(1, competition.panel_size),
         elsewhere=other_work(db_session, annotator, competition.id),
+        **page,
     )
 
 

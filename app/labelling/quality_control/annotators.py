@@ -45,16 +45,22 @@ def deactivate(*, db_session: Session, user: User, keep_tokens: bool = False) ->
     land first and none after (lock_annotator); its votes keep counting unless excluded."""
     lock_annotator(db_session=db_session, user=user)
     set_active(db_session=db_session, user=user, is_active=False, keep_tokens=keep_tokens)
+    end_leases(db_session=db_session, user=user)
+
+
+def end_leases(*, db_session: Session, user: User, competition_id: int | None = None) -> None:
+    """End the annotator's running leases now (in one competition, when given), so that others take those
+    images; call it with the annotator's row locked (lock_annotator), as their own requests take it."""
     now = utcnow()
-    db_session.execute(
-        update(Assignment)
-        .where(
-            Assignment.user_id == user.id,
-            Assignment.status == AssignmentStatus.leased,
-            Assignment.expires_at > now,
-        )
-        .values(expires_at=now)
+    leased = update(Assignment).where(
+        Assignment.user_id == user.id,
+        Assignment.status == AssignmentStatus.leased,
+        Assignment.expires_at > now,
     )
+    if competition_id is not None:
+        items = select(LabelItem.id).where(LabelItem.competition_id == competition_id)
+        leased = leased.where(Assignment.item_id.in_(items))
+    db_session.execute(leased.values(expires_at=now))
 
 
 def set_votes_excluded(*, db_session: Session, user: User, votes_excluded: bool) -> None:

@@ -73,13 +73,7 @@ def work_records(
     start = datetime.combine(since, time(), UTC)
     end = datetime.combine(until + timedelta(days=1), time(), UTC)
     votes = _per_day(db_session, Vote, start, end, competition_id).add_columns(
-        func.count().label("answers"),
-        func.sum(
-            case(
-                (Vote.seconds > ACTIVE_SECONDS_CAP, ACTIVE_SECONDS_CAP),
-                else_=func.coalesce(Vote.seconds, 0.0),
-            )
-        ).label("active_seconds"),
+        func.count().label("answers"), active_seconds().label("active_seconds")
     )
     gold = _per_day(db_session, GoldAnswer, start, end, competition_id).add_columns(
         func.count().label("gold_answered"),
@@ -102,6 +96,16 @@ def work_records(
         for key in keys
     ]
     return sorted(records, key=lambda record: (record.day, record.username))
+
+
+def active_seconds():
+    """Σ over the votes of a query of each one's seconds capped at ACTIVE_SECONDS_CAP (none sent: 0)."""
+    return func.sum(
+        case(
+            (Vote.seconds > ACTIVE_SECONDS_CAP, ACTIVE_SECONDS_CAP),
+            else_=func.coalesce(Vote.seconds, 0.0),
+        )
+    )
 
 
 def _per_day(db_session: Session, table, start: datetime, end: datetime, competition_id: int | None):
