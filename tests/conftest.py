@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, make_url
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from app.db.engine import create_db_engine
 from app.db.session import database_steps, get_session
@@ -177,8 +177,12 @@ def settings(tmp_path: Path, database_url: str) -> Settings:
 
 @pytest.fixture
 def app(settings: Settings, db_session: Session):
-    """The application with its request sessions bound to the test's rolled-back transaction."""
+    """The application with its request sessions, and every session it opens itself (the error pages'
+    signed-in user), bound to the test's rolled-back transaction: each commits a savepoint of it."""
     application = create_app(settings)
+    application.state.sessionmaker = sessionmaker(
+        bind=db_session.bind, join_transaction_mode="create_savepoint", expire_on_commit=False
+    )
 
     def session_in_test_transaction() -> Iterator[Session]:
         try:
