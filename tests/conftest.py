@@ -5,6 +5,7 @@ made). `db_session` binds a test to a transaction that is rolled back at the end
 gives a test its own committed database (for CLI, worker and concurrency tests).
 """
 
+import json
 import logging
 import os
 import shutil
@@ -313,3 +314,43 @@ def s3_storage_url(s3_endpoint: str, monkeypatch) -> str:
     bucket = f"mad-{uuid.uuid4().hex[:12]}"
     s3fs.S3FileSystem(skip_instance_cache=True).mkdir(bucket)
     return f"s3://{bucket}/mad"
+
+
+FUZZ_CASES: dict[str, int] = {}
+"""Cases fuzzed per test id: the user property fuzz_cases of tests/reliability/test_fuzz.py's reports."""
+
+
+def pytest_runtest_logreport(report) -> None:
+    """Keep the fuzz tests' case counts; under pytest-xdist their reports reach the main process too."""
+    for name, value in report.user_properties if report.when == "call" else ():
+        if name == "fuzz_cases":
+            FUZZ_CASES[report.nodeid] = value
+
+
+def pytest_terminal_summary(terminalreporter, config) -> None:
+    """Print how many cases each fuzz test tried; also write them as JSON to $MAD_FUZZ_REPORT when set (by
+    the main process only, not by pytest-xdist's workers)."""
+    if not FUZZ_CASES or hasattr(config, "workerinput"):
+        return
+    terminalreporter.section("fuzzing")
+    for test_id, count in FUZZ_CASES.items():
+        terminalreporter.write_line(f"{count} cases: {test_id}")
+    report = os.environ.get("MAD_FUZZ_REPORT")
+    if report:
+        counts = {"cases": FUZZ_CASES, "total": sum(FUZZ_CASES.values())}
+        Path(report).write_text(json.dumps(counts, indent=2) + "\n")
+        terminalreporter.write_line(f"written to {report}")
+
+
+TEST_WORKERS = 3
+"""Processes `make test` runs the suite in (pytest-xdist's `-n auto`): measured on 2 cores, where the tests
+wait on browsers, servers, subprocesses and databases much of their time (README, "Development")."""
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """TEST_WORKERS (or $PYTEST_XDIST_AUTO_NUM_WORKERS) when the run covers a directory; none for files or
+    named tests, which `--dist loadfile` would hand to one worker anyway after starting them all."""
+    covers_a_directory = any(
+        (config.invocation_params.dir / arg.split("::")[0]).is_dir() for arg in config.args
+    )
+    return int(os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", TEST_WORKERS)) if covers_a_directory else 0
