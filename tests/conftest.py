@@ -347,6 +347,7 @@ TEST_WORKERS = 3
 wait on browsers, servers, subprocesses and databases much of their time (README, "Development")."""
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, which plain `pytest` runs need not load
 def pytest_xdist_auto_num_workers(config) -> int:
     """TEST_WORKERS (or $PYTEST_XDIST_AUTO_NUM_WORKERS) when the run covers a directory; none for files or
     named tests, which `--dist loadfile` would hand to one worker anyway after starting them all."""
