@@ -35,6 +35,13 @@ BACKENDS = ("sqlite", "postgres")
 TEST_SECRET_KEY = "test-secret-key-" + "x" * 32
 TEST_PASSWORD = "correct horse battery"
 
+if "PYTEST_XDIST_WORKER" in os.environ:
+    # pytest-xdist's workers start with COLUMNS=80 and LINES=24 in their environment, which the CLI's rich
+    # consoles would keep as their width from import on; without them they read COLUMNS when they print, as in
+    # a single pytest process, so the CLI tests' own COLUMNS applies.
+    for name in ("COLUMNS", "LINES"):
+        os.environ.pop(name, None)
+
 
 def _postgres_admin() -> psycopg.Connection:
     """An autocommit connection to the Postgres server, or a failure that says how to start it."""
