@@ -21,11 +21,11 @@ from app.db.session import SessionDep
 from app.images.router import router as images_router
 from app.jobs.activity import job_gauges
 from app.jobs.router import router as jobs_router
-from app.labelling import admin_router as labelling_admin
+from app.labelling.active_sampling.policy_runner import PolicyRunner
+from app.labelling.admin import admin_router as labelling_admin
+from app.labelling.annotating.pages import router as labelling_pages_router
+from app.labelling.annotating.router import router as labelling_router
 from app.labelling.metrics import labelling_gauges
-from app.labelling.pages import router as labelling_pages_router
-from app.labelling.policy_runner import PolicyRunner
-from app.labelling.router import router as labelling_router
 from app.leaderboard.pages import router as leaderboard_pages_router
 from app.leaderboard.public_reads import PublicReads
 from app.leaderboard.router import router as leaderboard_router

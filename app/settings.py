@@ -12,7 +12,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.storage import BlobStore, open_blob_store
 
-STORAGE_URL = re.compile(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9_.-]+)*/?|file:///.*")
+S3_LOCATION = r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9_.-]+)*/?"
+STORAGE_URL = re.compile(rf"{S3_LOCATION}|file:///.*")
 DEVELOPMENT_SECRET_KEY = "development-only-secret-key-do-not-use-in-production"
 MIN_SECRET_KEY_LENGTH = 32
 
@@ -122,6 +123,11 @@ class Settings(BaseSettings):
         description="Comma-separated host names, addresses and networks (10.0.0.0/8) that manifest URLs may "
         "reach although they are loopback, private, link-local or otherwise not public (refused by default).",
     )
+    import_allowed_s3: Annotated[list[str], NoDecode] = Field(
+        default=[],
+        description="Comma-separated s3://bucket/prefix locations that a manifest's s3:// rows may read "
+        "besides the storage's own bucket and prefix (MAD_STORAGE_URL); rows elsewhere are refused unread.",
+    )
     import_url_deadline_s: float = Field(
         default=60, gt=0, description="Most seconds one manifest URL may take, redirects and body included."
     )
@@ -173,7 +179,7 @@ class Settings(BaseSettings):
         """Whether MAD_SECRET_KEY is the deployment's own: not the public development key, 32+ characters."""
         return self.secret_key != DEVELOPMENT_SECRET_KEY and len(self.secret_key) >= MIN_SECRET_KEY_LENGTH
 
-    @field_validator("import_allowed_hosts", mode="before")
+    @field_validator("import_allowed_hosts", "import_allowed_s3", mode="before")
     @classmethod
     def _split_hosts(cls, value: object) -> object:
         """A comma-separated string becomes its non-empty items."""
@@ -191,6 +197,15 @@ class Settings(BaseSettings):
             raise ValueError(f"MAD_OIDC_PROVIDERS names must differ: {names}")
         return self
 
+    @field_validator("import_allowed_s3")
+    @classmethod
+    def _s3_locations_are_known(cls, locations: list[str]) -> list[str]:
+        """Each one s3://bucket or s3://bucket/prefix."""
+        for location in locations:
+            if not re.fullmatch(S3_LOCATION, location):
+                raise ValueError(f"{location!r} is not s3://bucket/prefix")
+        return locations
+
     @field_validator("storage_url")
     @classmethod
     def _storage_url_is_known(cls, url: str) -> str:
@@ -203,6 +218,13 @@ class Settings(BaseSettings):
     def blob_store(self) -> BlobStore:
         """Where every image, thumbnail, weights file and prediction shard lives (app.storage)."""
         return open_blob_store(self.storage_url, self.data_dir)
+
+    @property
+    def import_s3_locations(self) -> list[str]:
+        """The s3://bucket/prefix locations a manifest's rows may read: MAD_IMPORT_ALLOWED_S3, and the
+        storage's own when it is on S3."""
+        own = [self.storage_url] if self.storage_url.startswith("s3://") else []
+        return own + self.import_allowed_s3
 
     @cached_property
     def sqlalchemy_url(self) -> str:

@@ -57,7 +57,7 @@ sys.path.insert(0, str(REPOSITORY))
 
 from app.competitions.models import Sampling  # noqa: E402
 from app.db.engine import create_db_engine, create_sessionmaker  # noqa: E402
-from app.labelling import policy  # noqa: E402
+from app.labelling.active_sampling import policy  # noqa: E402
 from app.migrate import upgrade  # noqa: E402
 from app.users import service as users_service  # noqa: E402
 from app.users.models import Role  # noqa: E402

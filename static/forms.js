@@ -330,10 +330,13 @@ async function refreshProgress(section) {
     [`${p.classifier_a} vs ${p.classifier_b}`, `${p.selected} of ${p.k}`, p.diagnosis ? String(p.diagnosis.disagreements) : "—",
       p.diagnosis ? String(p.diagnosis.confident) : "—", survivorsText(p.diagnosis), p.shortfall || ""],
   )));
-  const ranked = [...board.classifiers].sort((a, b) => a.mad_rank - b.mad_rank || a.classifier_id - b.classifier_id);
+  // By MAD rank, those without one (null) last, as the page first draws them.
+  const rankOf = (s) => (s.mad_rank === null ? Infinity : s.mad_rank);
+  const ranked = [...board.classifiers].sort((a, b) => rankOf(a) - rankOf(b) || a.classifier_id - b.classifier_id);
   section.querySelector("#standing-rows").replaceChildren(...ranked.map((s) => {
     const row = cells(document.createElement("tr"), [
-      s.no_rank ? "—" : String(s.mad_rank), s.name, s.no_rank ? "—" : s.mad_score.toFixed(3), `${s.rank_low}–${s.rank_high}`,
+      s.no_rank ? "—" : String(s.mad_rank), s.name, s.no_rank ? "—" : s.mad_score.toFixed(3),
+      s.rank_low === null ? "—" : `${s.rank_low}–${s.rank_high}`,
       String(s.labelled_images), s.no_rank ? `no rank: ${s.no_rank}` : s.provisional ? "provisional" : "",
     ]);
     row.dataset.classifierId = s.classifier_id;

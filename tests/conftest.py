@@ -22,8 +22,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.db.engine import create_db_engine
 from app.db.session import database_steps, get_session
-from app.labelling import policy
-from app.labelling.router import policy_runner
+from app.labelling.active_sampling import policy
+from app.labelling.annotating.router import policy_runner
 from app.main import create_app
 from app.migrate import upgrade
 from app.settings import Settings

@@ -29,16 +29,16 @@ from app.images.service import image_counts
 from app.jobs import workers
 from app.jobs.progress import competition_progress
 from app.jobs.selections import survivors_line
-from app.labelling import adjudication
-from app.labelling.annotators import annotator_stats
-from app.labelling.gold import gold_questions
 from app.labelling.models import QualityFlagKind
-from app.labelling.quality import list_flags
+from app.labelling.quality_control import adjudication
+from app.labelling.quality_control.annotators import annotator_stats
+from app.labelling.quality_control.gold import gold_questions
+from app.labelling.quality_control.quality import list_flags
+from app.labelling.quality_control.work_records import ACTIVE_SECONDS_CAP, span, work_records
 from app.labelling.types import LabellingSettings
-from app.labelling.work_records import ACTIVE_SECONDS_CAP, span, work_records
 from app.leaderboard import snapshots
 from app.leaderboard.agreement import competition_quality
-from app.leaderboard.standings import compute_leaderboard
+from app.leaderboard.standings import by_rank, compute_leaderboard
 from app.users import invitations
 from app.users import service as users_service
 from app.users.auth import ADMIN_ROLES, OptionalUser, page_user
@@ -87,7 +87,8 @@ def admin_competition(
     request: Request, db_session: SessionDep, user: OptionalUser, competition: CompetitionDep
 ):
     """A competition: progress, classifiers (add, retire), images (upload, exclude), who may label
-    (members), annotators, snapshots."""
+    (members), annotators, snapshots, and the sampling (with the active policy's last failed rerun, as this
+    server process saw it)."""
     admin = page_user(request, user, *ADMIN_ROLES)
     if isinstance(admin, RedirectResponse):
         return admin
@@ -112,6 +113,7 @@ def admin_competition(
         competition_id=competition.id,
         lost_after_s=request.app.state.settings.job_lease_s,
     )
+    board = compute_leaderboard(db_session=db_session, competition=competition)
     return render(
         request,
         "admin_competition.html",
@@ -127,11 +129,13 @@ def admin_competition(
         pair_rows=[(pair, survivors_line(pair)) for pair in progress["pairs"]],
         classifiers=list_classifiers(db_session=db_session, competition_id=competition.id),
         sources=[source.value for source in ClassifierSource],
-        board=compute_leaderboard(db_session=db_session, competition=competition),
+        board=board,
+        standings=by_rank(board),
         annotators=annotator_stats(db_session=db_session, competition=LabellingSettings.of(competition)),
         excluded=excluded,
         recent_images=recent,
         coverage=language_coverage(db_session, competition),
+        policy_failure=request.app.state.policy_runner.failures.get(competition.id),
         snapshots=[
             snapshots.snapshot_read(s)
             for s in snapshots.list_snapshots(db_session=db_session, competition_id=competition.id)

@@ -82,12 +82,22 @@ def register_classifier(
     file: Annotated[
         UploadFile | None, File(description="Weights (.safetensors, .pth, .pt, .bin) or predictions")
     ] = None,
+    classifier: Annotated[
+        str | None,
+        Form(
+            description="With predictions-file: whose rows to take from a table of several classifiers' "
+            "predictions (its `classifier` column), such as the predictions export; needed when it holds "
+            "several"
+        ),
+    ] = None,
 ) -> ClassifierRead:
     """Check the source, store it, queue its predictions (or, for a predictions file, its pair selections).
 
     timm-weights needs `architecture` and a weights `file` with one output per competition class;
-    timm-pretrained needs `pretrained_tag`; predictions-file needs a Parquet/NPZ `file` keyed by image sha256.
-    Errors say what is wrong and nothing is stored.
+    timm-pretrained needs `pretrained_tag`; predictions-file needs a Parquet/NPZ `file` keyed by image sha256
+    (`image_sha256` or `sha256`, `top1`, `prob`, optionally `entropy_bits` or `entropy`, `top5`,
+    `top5_prob`): the predictions export (`GET …/exports/predictions?format=parquet`) is taken as it is,
+    one classifier of it chosen by `classifier`. Errors say what is wrong and nothing is stored.
     """
     common = dict(
         db_session=db_session,
@@ -96,9 +106,11 @@ def register_classifier(
         name=name,
         reported_accuracy=reported_accuracy,
     )
-    classifier = _register(source, architecture, pretrained_tag, data_config, file, common)
-    lifecycle.enqueue_classifier(db_session=db_session, settings=settings, classifier=classifier)
-    return ClassifierRead.shown_to(classifier, admin=True)
+    if classifier is not None and source != ClassifierSource.predictions_file:
+        raise InvalidInput("classifier picks the rows of a predictions file: it goes with predictions-file")
+    registered = _register(source, architecture, pretrained_tag, data_config, file, classifier, common)
+    lifecycle.enqueue_classifier(db_session=db_session, settings=settings, classifier=registered)
+    return ClassifierRead.shown_to(registered, admin=True)
 
 
 def _register(
@@ -107,6 +119,7 @@ def _register(
     pretrained_tag: str | None,
     data_config: str | None,
     file: UploadFile | None,
+    classifier_in_file: str | None,
     common: dict,
 ) -> Classifier:
     """Check and store a classifier from the source the form names."""
@@ -127,7 +140,9 @@ def _register(
                 data_config=_data_config(data_config),
                 **common,
             )
-        return service.register_predictions_file(predictions_file=path, **common)
+        return service.register_predictions_file(
+            predictions_file=path, classifier_in_file=classifier_in_file, **common
+        )
 
 
 @router.get(

@@ -206,13 +206,17 @@ def register_predictions_file(
     name: str,
     predictions_file: Path,
     reported_accuracy: float | None = None,
+    classifier_in_file: str | None = None,
 ) -> Classifier:
-    """Predictions made elsewhere (Parquet or NPZ keyed by image SHA-256), validated whole, then stored."""
+    """Predictions made elsewhere (Parquet or NPZ keyed by image SHA-256), validated whole, then stored;
+    from a table of several classifiers (the predictions export), those of `classifier_in_file`."""
     hashes = competition_hashes(db_session=db_session, competition_id=competition.id)
     if not len(hashes):
         raise InvalidInput(f"competition {competition.name!r} has no images yet: import them first")
     try:
-        predictions = read_prediction_upload(predictions_file, hashes, len(competition.class_keys))
+        predictions = read_prediction_upload(
+            predictions_file, hashes, len(competition.class_keys), classifier=classifier_in_file
+        )
     except PredictionUploadError as error:
         raise InvalidInput(f"predictions file: {error}") from None
     classifier = _new_classifier(

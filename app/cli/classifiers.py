@@ -42,7 +42,14 @@ def add(
         None, help="timm pretrained tag, e.g. resnet50.a1_in1k (workers download it)."
     ),
     predictions: Path = typer.Option(
-        None, help="Predictions made elsewhere: Parquet or NPZ keyed by sha256."
+        None,
+        help="Predictions made elsewhere: Parquet or NPZ keyed by image sha256, or the service's own "
+        "predictions export (Parquet) as it is.",
+    ),
+    classifier: str = typer.Option(
+        None,
+        help="With --predictions: the classifier whose rows to take from a table of several (the "
+        "`classifier` column of the predictions export); needed when it holds several.",
     ),
     accuracy: float = typer.Option(
         None, help="Reported ImageNet top-1 accuracy in %, shown beside MAD rank."
@@ -57,6 +64,10 @@ def add(
 ) -> None:
     """Enter a classifier: --arch with --weights, or --pretrained, or --predictions.
 
+    --predictions takes columns image_sha256 (or sha256), top1, prob and optionally entropy_bits (or
+    entropy), top5, top5_prob: the predictions export of a competition over the same images is entered as it
+    is, one classifier of it picked by --classifier (README, "Classifiers").
+
     The preprocessing comes from the architecture's pretrained config; --input-size, --crop-pct and
     --interpolation override it for weights trained differently. Everything is checked first (the weights
     are loaded with the competition's class count, a predictions file is validated in full) and nothing is
@@ -67,6 +78,8 @@ def add(
     from app.competitions.service import get_competition_by_name
     from app.jobs.lifecycle import enqueue_classifier
 
+    if classifier is not None and predictions is None:
+        fail("--classifier picks a classifier's rows of a --predictions table: give --predictions too")
     sources = [weights is not None, pretrained is not None, predictions is not None]
     if sum(sources) != 1:
         fail("give exactly one of --weights (with --arch), --pretrained or --predictions")
@@ -82,7 +95,7 @@ def add(
             db_session=session, settings=settings, competition=target, name=name, reported_accuracy=accuracy
         )
         if weights is not None:
-            classifier = service.register_timm_weights(
+            registered = service.register_timm_weights(
                 architecture=arch,
                 weights_file=weights,
                 weights_filename=weights.name,
@@ -90,14 +103,15 @@ def add(
                 **common,
             )
         elif pretrained is not None:
-            classifier = service.register_timm_pretrained(pretrained_tag=pretrained, **common)
+            registered = service.register_timm_pretrained(pretrained_tag=pretrained, **common)
         else:
-            classifier = service.register_predictions_file(predictions_file=predictions, **common)
-        enqueue_classifier(db_session=session, settings=settings, classifier=classifier)
-        status = classifier.status.value
-    console.print(
-        f"Registered classifier [bold]{name}[/] ({status}). Run `mad worker` to compute its predictions."
-    )
+            registered = service.register_predictions_file(
+                predictions_file=predictions, classifier_in_file=classifier, **common
+            )
+        enqueue_classifier(db_session=session, settings=settings, classifier=registered)
+        status = registered.status.value
+    work = "select its pairs" if predictions is not None else "compute its predictions"
+    console.print(f"Registered classifier [bold]{name}[/] ({status}). Run `mad worker` to {work}.")
 
 
 @classifiers_app.command("list")

@@ -67,7 +67,7 @@ def _import_source(source: str, settings: "Settings") -> Iterator[tuple[Iterable
     """The entries of an import source and how many there are when that is cheap to know."""
     from app.images.remote_sources import (
         ManifestError,
-        UrlReads,
+        RemoteReads,
         bucket_entries,
         is_bucket_url,
         is_manifest_name,
@@ -95,8 +95,8 @@ def _import_source(source: str, settings: "Settings") -> Iterator[tuple[Iterable
             fail(str(error))
         policy = AddressPolicy.allowing(settings.import_allowed_hosts)
         with guarded_client(policy, settings.import_url_deadline_s) as http:
-            urls = UrlReads(http, settings.import_url_deadline_s)
-            yield manifest_entries(path, table, limits.max_file_bytes, urls), table.num_rows
+            remote = RemoteReads(http, settings.import_url_deadline_s, settings.import_s3_locations)
+            yield manifest_entries(path, table, limits.max_file_bytes, remote), table.num_rows
         return
     yield path_entries(path, limits), _expected_total(path)
 
@@ -128,8 +128,9 @@ def import_images(
 
     Duplicates are stored once and listed, and so are near-duplicates (pHashes within 4 of 64 bits); bad
     files (not an image, truncated, too large, over the pixel limit, links leaving the folder, archive
-    members with '..', paths outside a manifest's folder, URLs at addresses that are not public) are
-    listed by name and skipped. Work is committed every 32 files, with no transaction open while
+    members with '..', paths outside a manifest's folder, URLs at addresses that are not public, a
+    manifest's s3:// keys outside the storage's bucket and prefix and MAD_IMPORT_ALLOWED_S3) are listed by
+    name and skipped. Work is committed every 32 files, with no transaction open while
     files are read, downloaded or decoded, and a re-run skips the files an earlier run imported without
     reading them: an interrupted import can simply be run again.
     """

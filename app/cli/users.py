@@ -143,7 +143,7 @@ def deactivate(
     """Stop an account: it can no longer sign in or label, its API tokens are revoked (kept with
     --keep-tokens, they work again once it is reactivated), and the images it was labelling go to others at
     once. `mad users reactivate` undoes it; its votes keep counting unless excluded."""
-    from app.labelling.annotators import deactivate as deactivate_account
+    from app.labelling.quality_control.annotators import deactivate as deactivate_account
     from app.users import service
 
     with database_session(load_settings()) as session:

@@ -73,7 +73,7 @@ class Competition(Base):
     refresh of the policy, which decides questions early; null before the first."""
     settled: Mapped[bool] = mapped_column(default=False)
     """Under active sampling: the policy's last refresh found the ranking settled, so the queue offers
-    nothing more (app.labelling.policy)."""
+    nothing more (app.labelling.active_sampling.policy)."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     translations_version: Mapped[int] = mapped_column(default=0)
     """Raised by each import of class-name translations (ClassTranslation): labelling keys its cached class

@@ -7,13 +7,13 @@ import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import yaml
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from app.competitions.models import ClassTranslation, Competition
 from app.core.taxonomy import TaxonomyError
 from app.core.taxonomy_sources import cached_taxonomy
+from app.core.yaml_documents import DocumentRefused, load_document
 from app.errors import InvalidInput
 from app.i18n import SOURCE_LOCALE, locales
 
@@ -63,10 +63,11 @@ def _csv_records(text: str) -> list[dict]:
 
 
 def _yaml_records(text: str) -> list[dict]:
-    """The YAML or JSON document's list of mappings (safe loading: no tags, no objects)."""
+    """The YAML or JSON document's list of mappings (app.core.yaml_documents: no tags, no objects, no
+    aliases)."""
     try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as error:
+        document = load_document(text)
+    except DocumentRefused as error:
         raise InvalidInput(f"the translation file is not CSV, YAML or JSON: {error}") from None
     if not isinstance(document, list) or not all(isinstance(record, dict) for record in document):
         raise InvalidInput(
@@ -78,7 +79,7 @@ def _yaml_records(text: str) -> list[dict]:
 def _row(number: int, record: dict) -> TranslationRow:
     """A record checked: a class id, a language the pages come in (not English), a name of at most
     MAX_NAME_LENGTH characters, a description if any."""
-    values = {column: str(record.get(column) or "").strip() for column in COLUMNS}
+    values = {column: _text(number, column, record.get(column)) for column in COLUMNS}
     if not values["class_id"]:
         raise InvalidInput(f"row {number}: class_id is empty")
     others = [locale for locale in locales() if locale != SOURCE_LOCALE]
@@ -92,6 +93,16 @@ def _row(number: int, record: dict) -> TranslationRow:
     if len(values["name"]) > MAX_NAME_LENGTH:
         raise InvalidInput(f"row {number}: a name has at most {MAX_NAME_LENGTH} characters")
     return TranslationRow(**values)
+
+
+def _text(number: int, column: str, value: object) -> str:
+    """A record's value as text, stripped ("" for none); a number stands for its digits, and anything else
+    (a list, a mapping) is refused before it is turned into text."""
+    if value is None:
+        return ""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise InvalidInput(f"row {number}: {column} is a {type(value).__name__}, not text")
+    return str(value).strip()
 
 
 def import_translations(

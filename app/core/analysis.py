@@ -20,9 +20,7 @@ from app.core.ranking import (
     PairCounts,
     PairOutcomes,
     count_outcomes,
-    dominance_matrix,
-    pairwise_accuracy,
-    perron_rank,
+    scored_perron,
 )
 from app.core.taxonomy import Taxonomy
 
@@ -39,7 +37,8 @@ def krcc(x: ArrayLike, y: ArrayLike) -> float:
 
 def _varies(values: ArrayLike) -> bool:
     """Whether a ranking separates at least two classifiers (a correlation is defined)."""
-    return bool(np.ptp(np.asarray(values, dtype=np.float64)) > 0)
+    values = np.asarray(values, dtype=np.float64)
+    return values.size > 1 and bool(np.ptp(values) > 0)
 
 
 @dataclass(frozen=True)
@@ -57,7 +56,8 @@ def ranking_stability(
     """SRCC(r_k, r_k') for k' = 1..k−1, r from each pair's first k (k') labelled images (paper Fig. 5).
 
     Outcome arrays must be in selection order (replacements in the place of the images they replaced);
-    k defaults to the longest pair.
+    k defaults to the longest pair. Both rankings are of the classifiers with labelled images
+    (`scored_perron`), the same ones at every k' ≥ 1: a pair with a labelled image keeps one.
     """
     k = max((np.size(right_i) for right_i, _ in outcomes.values()), default=0) if k is None else k
     reference = _perron_scores(outcomes, m, k, alpha)
@@ -70,12 +70,13 @@ def ranking_stability(
 
 
 def _perron_scores(outcomes: PairOutcomes, m: int, first: int, alpha: float) -> np.ndarray:
-    """Perron scores from each pair's first `first` labelled images."""
+    """Perron scores of the classifiers with labelled images from each pair's first `first` of them."""
     truncated = {
         pair: (np.asarray(right_i)[:first], np.asarray(right_j)[:first])
         for pair, (right_i, right_j) in outcomes.items()
     }
-    return perron_rank(dominance_matrix(pairwise_accuracy(count_outcomes(truncated, m), alpha))).scores
+    scores = scored_perron(count_outcomes(truncated, m), alpha).scores
+    return scores[np.isfinite(scores)]
 
 
 @dataclass(frozen=True)

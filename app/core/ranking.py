@@ -5,13 +5,16 @@ The method as implemented: docs/architecture.md, Ranking.
 Input per pair (i, j): two aligned boolean arrays over the pair's labelled images, "f_i was right" and "f_j
 was right". Everything downstream uses Laplace-smoothed accuracies, so no entry is 0 or 1, and every
 result is finite: pairs without labels give b_ij = 1, a disconnected comparison graph still ranks, and a
-classifier that is never right simply comes last.
+classifier that is never right simply comes last. A classifier without any labelled image is not ranked:
+the leaderboard's rankings (`rank_classifiers`, `scored_perron`, `scored_intervals`) rank the others among
+themselves and give it NaN, as they give NaN for a_ij and b_ij of a pair without labels.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -50,6 +53,11 @@ class PairCounts:
     def without_evidence(self) -> np.ndarray:
         """Classifiers with no labelled image in any of their pairs (Σ_j n_ij = 0): nothing ranks them."""
         return self.n.sum(axis=1) == 0
+
+    def among(self, indices: np.ndarray) -> PairCounts:
+        """The tallies of the classifiers at these indices alone, in that order."""
+        grid = np.ix_(indices, indices)
+        return PairCounts(self.n[grid], self.correct[grid], self.wins[grid])
 
 
 def count_outcomes(outcomes: PairOutcomes, m: int) -> PairCounts:
@@ -159,10 +167,10 @@ def bradley_terry(counts: PairCounts, regularization: float = 0.01) -> np.ndarra
 
 
 def win_rate(counts: PairCounts) -> np.ndarray:
-    """Share of Case II images won: Σ_j wins_ij / Σ_j (wins_ij + wins_ji); ½ without any Case II image."""
+    """Share of Case II images won: Σ_j wins_ij / Σ_j (wins_ij + wins_ji); NaN without any Case II image."""
     won, lost = counts.wins.sum(axis=1), counts.wins.sum(axis=0)
     decided = won + lost
-    return np.divide(won, decided, out=np.full(counts.m, 0.5), where=decided > 0)
+    return np.divide(won, decided, out=np.full(counts.m, np.nan), where=decided > 0)
 
 
 def ranks_from_scores(scores: ArrayLike, without_evidence: ArrayLike | None = None) -> np.ndarray:
@@ -175,9 +183,42 @@ def ranks_from_scores(scores: ArrayLike, without_evidence: ArrayLike | None = No
     return rankdata(-rounded, method="min", axis=-1).astype(np.int64)
 
 
+def ranks_of_known(scores: ArrayLike) -> np.ndarray:
+    """ranks_from_scores among the finite scores (float ranks, 1 = best); NaN for the others: no score, no
+    rank."""
+    scores = np.asarray(scores, dtype=np.float64)
+    known = np.isfinite(scores)
+    ranks = np.full(len(scores), np.nan)
+    ranks[known] = ranks_from_scores(scores[known])
+    return ranks
+
+
+def _spread(values: np.ndarray, scored: np.ndarray) -> np.ndarray:
+    """Values of the scored classifiers at their places among all, NaN at the others'."""
+    spread = np.full(len(scored), np.nan)
+    spread[scored] = values
+    return spread
+
+
+def scored_perron(counts: PairCounts, alpha: float = DEFAULT_ALPHA) -> PerronRank:
+    """The Perron rank (Eq. 5) of the classifiers with labelled images among themselves: B, λmax and CI over
+    them alone; NaN scores for the others, and NaN λmax and CI when no pair has labels.
+
+    A classifier without labels would enter B only through b_ij = 1, which still moves the others' scores
+    and can reorder them (docs/architecture.md, Ranking).
+    """
+    scored = ~counts.without_evidence
+    if not scored.any():
+        return PerronRank(np.full(counts.m, np.nan), math.nan, math.nan, 0)
+    perron = perron_rank(dominance_matrix(pairwise_accuracy(counts.among(np.flatnonzero(scored)), alpha)))
+    return replace(perron, scores=_spread(perron.scores, scored))
+
+
 @dataclass(frozen=True)
 class Ranking:
-    """All rankings of one competition side by side; `perron` is the MAD ranking."""
+    """All rankings of one competition side by side; `perron` is the MAD ranking. Only the classifiers with
+    labelled images (`scored`) are ranked, among themselves: the others' scores are NaN, and `accuracy` and
+    `dominance` are A and B where a pair has labelled images, NaN where it has none (diagonal included)."""
 
     accuracy: np.ndarray
     dominance: np.ndarray
@@ -185,30 +226,38 @@ class Ranking:
     hodge: np.ndarray
     bradley_terry: np.ndarray
     win_rate: np.ndarray
-    without_evidence: np.ndarray
+    scored: np.ndarray
 
     @property
     def ranks(self) -> np.ndarray:
-        """MAD ranks from the Perron scores, 1 = best; classifiers without evidence last."""
-        return self.ranks_of(self.perron.scores)
+        """MAD ranks from the Perron scores, 1 = best; NaN for a classifier without labels."""
+        return ranks_of_known(self.perron.scores)
 
     def ranks_of(self, scores: np.ndarray) -> np.ndarray:
-        """Ranks by one of the scores (Perron, HodgeRank, Bradley–Terry, win rate), without evidence last."""
-        return ranks_from_scores(scores, self.without_evidence)
+        """Ranks by one of the scores (Perron, HodgeRank, Bradley–Terry, win rate) among the classifiers
+        that have it; NaN for the others."""
+        return ranks_of_known(scores)
 
 
 def rank_classifiers(counts: PairCounts, alpha: float = DEFAULT_ALPHA) -> Ranking:
-    """A, B, Perron rank with λmax and CI, HodgeRank, Bradley–Terry and win rate from one set of counts."""
+    """A and B where labelled; Perron rank with λmax and CI, HodgeRank, Bradley–Terry and win rate of the
+    classifiers with labelled images, among themselves (`scored_perron`)."""
+    scored = ~counts.without_evidence
+    among = counts.among(np.flatnonzero(scored))
     accuracy = pairwise_accuracy(counts, alpha)
-    dominance = dominance_matrix(accuracy)
+    labelled = counts.n > 0
+    if scored.any():
+        hodge, strengths = _spread(hodge_rank(among, alpha), scored), _spread(bradley_terry(among), scored)
+    else:
+        hodge, strengths = np.full(counts.m, np.nan), np.full(counts.m, np.nan)
     return Ranking(
-        accuracy=accuracy,
-        dominance=dominance,
-        perron=perron_rank(dominance),
-        hodge=hodge_rank(counts, alpha),
-        bradley_terry=bradley_terry(counts),
+        accuracy=np.where(labelled, accuracy, np.nan),
+        dominance=np.where(labelled, dominance_matrix(accuracy), np.nan),
+        perron=scored_perron(counts, alpha),
+        hodge=hodge,
+        bradley_terry=strengths,
         win_rate=win_rate(counts),
-        without_evidence=counts.without_evidence,
+        scored=scored,
     )
 
 
@@ -255,6 +304,30 @@ def bootstrap_perron(
         score_high=np.where(unknown, 1.0, np.quantile(scores, 1 - tail, axis=0)),
         rank_low=np.where(unknown, 1, rank_low),
         rank_high=np.where(unknown, m, rank_high),
+        level=level,
+        n_resamples=n_resamples,
+    )
+
+
+def scored_intervals(
+    counts: PairCounts,
+    alpha: float = DEFAULT_ALPHA,
+    n_resamples: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> BootstrapIntervals:
+    """bootstrap_perron of the classifiers with labelled images among themselves (as `scored_perron` ranks
+    them); NaN scores and ranks for the others."""
+    scored = ~counts.without_evidence
+    if not scored.any():
+        unknown = np.full(counts.m, np.nan)
+        return BootstrapIntervals(unknown, unknown, unknown, unknown, level, n_resamples)
+    among = bootstrap_perron(counts.among(np.flatnonzero(scored)), alpha, n_resamples, level, seed)
+    return BootstrapIntervals(
+        score_low=_spread(among.score_low, scored),
+        score_high=_spread(among.score_high, scored),
+        rank_low=_spread(among.rank_low, scored),
+        rank_high=_spread(among.rank_high, scored),
         level=level,
         n_resamples=n_resamples,
     )

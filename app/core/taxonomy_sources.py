@@ -13,6 +13,7 @@ from pathlib import Path
 
 from app.core.taxonomy import Taxonomy, TaxonomyError, enumerate_paths, from_children, unique_names
 from app.core.wordnet import from_wordnet
+from app.core.yaml_documents import DocumentRefused, load_document
 
 IMAGENET_HIERARCHY_FILE = "imagenet_hierarchy.tsv"
 BUILTIN_TAXONOMIES = ("imagenet-1k", "imagenet-a")
@@ -98,25 +99,13 @@ def from_text(text: str, source: str = "taxonomy", key: str = "custom") -> Taxon
     descriptions (class -> what it means, shown to annotators) and translations (language -> names and
     descriptions in that language, as {"de": {"names": {...}, "descriptions": {...}}}).
 
-    YAML aliases are refused (a taxonomy has no use for them, and nested ones make a few bytes stand for
-    billions of labels), and so is nesting too deep to read.
+    YAML aliases are refused (app.core.yaml_documents: a taxonomy has no use for them, and nested ones make a
+    few bytes stand for billions of labels), and so is nesting too deep to read.
     """
-    import yaml
-
-    class NoAliasLoader(yaml.SafeLoader):
-        """A safe loader that refuses aliases (*name)."""
-
-        def compose_node(self, parent, index):
-            if self.check_event(yaml.AliasEvent):
-                raise yaml.YAMLError(f"aliases such as *{self.peek_event().anchor} are not allowed")
-            return super().compose_node(parent, index)
-
     try:
-        document = yaml.load(text, Loader=NoAliasLoader)
-    except yaml.YAMLError as error:
-        raise TaxonomyError(f"{source} is not valid YAML or JSON: {error}") from error
-    except RecursionError:
-        raise TaxonomyError(f"{source} is nested too deeply to be a taxonomy") from None
+        document = load_document(text)
+    except DocumentRefused as error:
+        raise TaxonomyError(f"{source} is not valid YAML or JSON: {error}") from None
     if not isinstance(document, dict):
         raise TaxonomyError(f"{source} must hold a mapping with keys root, classes, children, names")
     unexpected = sorted(

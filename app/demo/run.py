@@ -51,8 +51,8 @@ from app.images.service import ImageLimits, import_entries
 from app.images.sources import Candidate
 from app.images.store import ImageStore
 from app.jobs.lifecycle import enqueue_classifier
-from app.labelling.policy import active_cost
-from app.labelling.policy_runner import ready
+from app.labelling.active_sampling.policy import active_cost
+from app.labelling.active_sampling.policy_runner import ready
 from app.leaderboard.agreement import competition_quality
 from app.main import create_app
 from app.migrate import upgrade
@@ -315,7 +315,7 @@ def simulate_labelling(settings: Settings, competition: Competition, corpus: Dig
     if competition.sampling == Sampling.active:
         # The simulated panel answers a hundred times faster than people: the policy's process, which a
         # server starts at its first answer under active sampling, is started first so that its second or
-        # two of start-up does not fall inside the labelling (app.labelling.policy_runner).
+        # two of start-up does not fall inside the labelling (app.labelling.active_sampling.policy_runner).
         app.state.policy_runner.start().submit(ready).result()
     with serve_in_thread(app) as url:
         tally = run_panel(
@@ -334,8 +334,9 @@ def simulate_labelling(settings: Settings, competition: Competition, corpus: Dig
 
 
 def print_leaderboard(competition_name: str, leaderboard: dict, accuracies: dict[str, float]) -> float:
-    """The MAD leaderboard beside each classifier's true held-out accuracy; returns SRCC of the two ranks."""
-    rows = sorted(leaderboard["classifiers"], key=lambda row: row["mad_rank"])
+    """The MAD leaderboard beside each classifier's true held-out accuracy (one without labelled images
+    has no rank: last, with dashes); returns SRCC of the two ranks over the ranked classifiers."""
+    rows = sorted(leaderboard["classifiers"], key=lambda row: (row["mad_rank"] is None, row["mad_rank"] or 0))
     true_rank = {
         name: rank
         for rank, name in enumerate(sorted(accuracies, key=accuracies.__getitem__, reverse=True), 1)
@@ -344,16 +345,18 @@ def print_leaderboard(competition_name: str, leaderboard: dict, accuracies: dict
     for column in ("MAD rank", "classifier", "score", "interval", "true acc.", "true rank"):
         table.add_column(column, justify="right", no_wrap=True)
     for row in rows:
+        ranked = row["mad_rank"] is not None
         table.add_row(
-            str(row["mad_rank"]),
+            str(row["mad_rank"]) if ranked else "—",
             row["name"],
-            f"{row['mad_score']:.3f}",
-            f"{row['rank_low']}–{row['rank_high']}",
+            f"{row['mad_score']:.3f}" if ranked else "—",
+            f"{row['rank_low']}–{row['rank_high']}" if ranked else "—",
             f"{accuracies[row['name']]:.1%}",
             str(true_rank[row["name"]]),
         )
     console.print(table)
-    return srcc([row["mad_rank"] for row in rows], [true_rank[row["name"]] for row in rows])
+    ranked_rows = [row for row in rows if row["mad_rank"] is not None]
+    return srcc([row["mad_rank"] for row in ranked_rows], [true_rank[row["name"]] for row in ranked_rows])
 
 
 @dataclass(frozen=True)

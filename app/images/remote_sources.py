@@ -4,11 +4,12 @@ A manifest is a CSV or Parquet table with a `uri` column — a local path inside
 s3:// key or an http(s):// URL — and optional `source_url`, `license` and `author` columns, kept with each
 image as its provenance (URLs without their credentials and signatures: url_fetch.without_credentials).
 Objects and URLs are read by the import's threads, within the same byte limit as files, each URL within a
-deadline and only at addresses url_fetch's policy permits; S3 credentials and endpoint come from the AWS
-environment (app.storage.s3).
+deadline and only at addresses url_fetch's policy permits, each s3:// key only in the storage's bucket and
+prefix or a location MAD_IMPORT_ALLOWED_S3 names (the server's credentials may read much more); S3
+credentials and endpoint come from the AWS environment (app.storage.s3).
 """
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -38,6 +39,12 @@ UNREACHABLE = (
 )
 """The one reason given for a refused address, a failed name lookup and a failed connection alike, so that
 per-row errors tell nothing about what listens on the server's network."""
+
+
+OUTSIDE_S3_LOCATIONS = (
+    "not read: manifests may read S3 objects only in the storage's bucket and prefix (MAD_STORAGE_URL) and "
+    "the locations MAD_IMPORT_ALLOWED_S3 names"
+)
 
 
 class ManifestError(ValueError):
@@ -122,16 +129,27 @@ def read_manifest(path: Path) -> pa.Table:
 
 
 @dataclass(frozen=True)
-class UrlReads:
-    """How a manifest's URLs are downloaded: the guarded client (url_fetch.guarded_client) and each URL's
-    deadline in seconds."""
+class RemoteReads:
+    """How a manifest's remote rows are read: URLs through the guarded client (url_fetch.guarded_client),
+    each within deadline_s seconds; s3:// keys only inside s3_locations (s3://bucket/prefix)."""
 
     http: httpx.Client
     deadline_s: float
+    s3_locations: Sequence[str]
+
+
+def in_s3_locations(uri: str, locations: Sequence[str]) -> bool:
+    """Whether s3://bucket/key lies inside one of the s3://bucket/prefix locations: in its bucket, under
+    its prefix up to a '/', with no empty, '.' or '..' part that a client or a store could read as a way
+    out."""
+    path = uri.removeprefix("s3://")
+    if any(part in ("", ".", "..") for part in path.split("/")):
+        return False
+    return any(path.startswith(location.removeprefix("s3://").rstrip("/") + "/") for location in locations)
 
 
 def manifest_entries(
-    path: Path, table: pa.Table, max_bytes: int, urls: UrlReads
+    path: Path, table: pa.Table, max_bytes: int, remote: RemoteReads
 ) -> Iterator[Pending | Rejected]:
     """One entry per manifest row, in order; a row with a missing or overlong value is refused by line."""
     folder = path.resolve().parent
@@ -139,7 +157,7 @@ def manifest_entries(
     for batch in table.to_batches():
         for row in batch.to_pylist():
             line += 1
-            yield _manifest_entry(row, line, folder, max_bytes, urls)
+            yield _manifest_entry(row, line, folder, max_bytes, remote)
 
 
 def _is_url(uri: str) -> bool:
@@ -147,9 +165,12 @@ def _is_url(uri: str) -> bool:
     return uri.startswith(("http://", "https://"))
 
 
-def _manifest_entry(row: dict, line: int, folder: Path, max_bytes: int, urls: UrlReads) -> Pending | Rejected:
+def _manifest_entry(
+    row: dict, line: int, folder: Path, max_bytes: int, remote: RemoteReads
+) -> Pending | Rejected:
     """The file of one manifest row, with its provenance (empty values are none; URLs kept and named
-    without credentials)."""
+    without credentials); an s3:// key outside the allowed locations is refused unread, so its reason is
+    the same whether it exists or not."""
     values = {column: (row.get(column) or "").strip() or None for column in MANIFEST_COLUMNS}
     uri = values["uri"]
     if uri is None:
@@ -167,11 +188,13 @@ def _manifest_entry(row: dict, line: int, folder: Path, max_bytes: int, urls: Ur
         return Rejected(name, "source_url is not an http(s) URL")
     provenance = Provenance(public_uri, source_url, values["license"], values["author"])
     if uri.startswith("s3://"):
+        if not in_s3_locations(uri, remote.s3_locations):
+            return Rejected(name, OUTSIDE_S3_LOCATIONS)
         from app.storage.s3 import s3_filesystem
 
         read = partial(_read_object, s3_filesystem(), uri.removeprefix("s3://"), name, max_bytes)
     elif _is_url(uri):
-        read = partial(_read_url, urls.http, uri, name, max_bytes, urls.deadline_s)
+        read = partial(_read_url, remote.http, uri, name, max_bytes, remote.deadline_s)
     else:
         file = (folder / uri).resolve()
         if not file.is_relative_to(folder):

@@ -26,6 +26,11 @@ Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 MAX_REDIRECTS = 5
+NAT64_WELL_KNOWN = ipaddress.IPv6Network("64:ff9b::/96")
+NAT64_LOCAL_USE = ipaddress.IPv6Network("64:ff9b:1::/48")
+"""RFC 8215's prefix for a network's own NAT64 translators: not globally reachable (IANA), and where in it an
+IPv4 address sits depends on the prefix length the network chose, so none of it counts as public."""
+IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
 SIGNING_PREFIXES = ("x-amz-", "x-goog-")
 """Query parameters of AWS SigV4 and Google Cloud signed URLs (X-Amz-Signature, X-Goog-Credential…)."""
 SECRET_WORDS = (
@@ -97,13 +102,29 @@ class AddressPolicy:
 def is_public(address: Address) -> bool:
     """Whether an address is globally reachable unicast: not loopback, private, link-local (169.254.0.0/16,
     where clouds answer metadata requests), shared (100.64.0.0/10), multicast, reserved or unspecified, nor
-    an IPv6 address carrying such an IPv4 one (mapped, 6to4, Teredo)."""
+    an IPv6 address carrying such an IPv4 one (embedded_ipv4), nor in the local-use NAT64 prefix."""
     if address.is_multicast or not address.is_global:
         return False
     if isinstance(address, ipaddress.IPv6Address):
-        embedded = [address.ipv4_mapped, address.sixtofour, *(address.teredo or ())]
-        return all(inner is None or is_public(inner) for inner in embedded)
+        if address in NAT64_LOCAL_USE:
+            return False
+        return all(inner is None or is_public(inner) for inner in embedded_ipv4(address))
     return True
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address | None]:
+    """The IPv4 addresses an IPv6 address may lead to: IPv4-mapped (::ffff:a.b.c.d), 6to4 (2002::/16),
+    Teredo's server and client (2001::/32), and the last 32 bits of NAT64's well-known prefix (64:ff9b::/96,
+    RFC 6052, whose translator connects there) and of the deprecated IPv4-compatible form (::a.b.c.d, RFC 4291
+    2.5.5.1)."""
+    last_32_bits = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    translated = address in NAT64_WELL_KNOWN or address in IPV4_COMPATIBLE
+    return [
+        address.ipv4_mapped,
+        address.sixtofour,
+        *(address.teredo or ()),
+        last_32_bits if translated else None,
+    ]
 
 
 class DownloadRefused(httpcore.ConnectError):

@@ -5,15 +5,17 @@ Lock order. Every labelling transaction takes its row locks in this order, so th
 (on Postgres; SQLite runs one writer at a time), even when one annotator's requests run side by side on
 several connections:
 
-1. the annotator's users row: shared by their labelling requests (app.labelling.caller), exclusive while
-   an admin pauses them or excludes their votes (app.labelling.annotators), so the two never overlap;
+1. the annotator's users row: shared by their labelling requests (app.labelling.annotating.caller), exclusive
+   while an admin pauses them or excludes their votes (app.labelling.quality_control.annotators), so the two
+   never overlap;
 2. their API token's row (its last use, at most once a minute);
 3. label items: one waited for (the image answered, flagged or undone), any others taken with SKIP LOCKED
    (the next image), or several in id order by admin and worker work;
 4. the annotator's undo row in the competition;
 5. assignments, votes and flags of an item: only while holding the item's lock;
-6. the annotator's quality flags in the competition: inserted last by an answer (app.labelling.quality);
-   an admin's decision on one takes the annotator's row (1) first, then the flag.
+6. the annotator's quality flags in the competition: inserted last by an answer
+   (app.labelling.quality_control.quality); an admin's decision on one takes the annotator's row (1) first,
+   then the flag.
 """
 
 from datetime import datetime, timedelta

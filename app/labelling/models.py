@@ -288,8 +288,8 @@ class Adjudication(Base):
 class ActivePolicy(Base):
     """A competition's active-sampling state: decided questions since the policy last ran, and its last
     decision (the pairs still worth asking as [a_id, b_id] best first, the votes used then and the full
-    design's votes, app.labelling.policy; whether the ranking is settled is Competition.settled, which every
-    labelling request reads)."""
+    design's votes, app.labelling.active_sampling.policy; whether the ranking is settled is
+    Competition.settled, which every labelling request reads)."""
 
     __tablename__ = "active_policies"
 

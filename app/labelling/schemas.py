@@ -7,11 +7,11 @@ from pydantic import BaseModel, Field
 
 from app.competitions.models import Sampling
 from app.images.store import SHA256_PATTERN
+from app.labelling.annotating.questions import question_text
 from app.labelling.models import AdjudicationKind, FlagReason, QualityDecision, QualityFlagKind, Verdict
-from app.labelling.quality import FlagView
-from app.labelling.questions import question_text
+from app.labelling.quality_control.quality import FlagView
+from app.labelling.quality_control.work_records import ACTIVE_SECONDS_CAP, WorkRecord
 from app.labelling.types import AnnotatorStats, NextItemStatus, PresentedItem, PresentedQuestion
-from app.labelling.work_records import ACTIVE_SECONDS_CAP, WorkRecord
 
 
 class QuestionRead(BaseModel):

@@ -28,7 +28,7 @@ from app.core.ranking import count_outcomes, rank_classifiers
 from app.labelling.models import Question, Vote
 from app.labelling.results import PAIR_OUTCOMES, QUESTION_A, QUESTION_B, labelled_pair_images
 from app.leaderboard.schemas import AnnotatorReliabilityRead, QualityRead, RankingComparisonRead
-from app.leaderboard.standings import finite_or_none, ranked_pairs
+from app.leaderboard.standings import finite_or_none, rank_or_none, ranked_pairs
 from app.users.models import User
 
 MIN_ANSWERS_TO_AGREE = 2
@@ -186,20 +186,21 @@ def _rankings(
         rank_classifiers(count_outcomes(_as_arrays(outcomes), len(classifiers)), competition.smoothing)
         for outcomes in (majority, relabelled)
     )
-    evidence = ~by_majority.without_evidence
+    evidence = by_majority.scored
     correlation = (
         srcc(by_majority.perron.scores[evidence], by_dawid_skene.perron.scores[evidence])
         if evidence.sum() >= 2
         else math.nan
     )
+    majority_ranks, dawid_skene_ranks = by_majority.ranks, by_dawid_skene.ranks
     return [
         RankingComparisonRead(
             classifier_id=classifier.id,
             name=classifier.name,
-            majority_rank=int(by_majority.ranks[index]),
-            dawid_skene_rank=int(by_dawid_skene.ranks[index]),
-            majority_score=float(by_majority.perron.scores[index]),
-            dawid_skene_score=float(by_dawid_skene.perron.scores[index]),
+            majority_rank=rank_or_none(majority_ranks[index]),
+            dawid_skene_rank=rank_or_none(dawid_skene_ranks[index]),
+            majority_score=finite_or_none(by_majority.perron.scores[index]),
+            dawid_skene_score=finite_or_none(by_dawid_skene.perron.scores[index]),
         )
         for index, classifier in enumerate(classifiers)
     ], None if math.isnan(correlation) else correlation

@@ -53,6 +53,8 @@ def contrast_ratio(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
 
 
 BLACK, WHITE = (0, 0, 0), (255, 255, 255)
+BLANK = "#eef1f4"
+"""The fill of a cell without a value: the diagonal, a pair without labels."""
 
 
 def text_colour(rgb: tuple[int, int, int]) -> str:
@@ -131,10 +133,14 @@ def shown_name(name: str) -> str:
 
 
 def accuracy_heatmap(
-    names: Sequence[str], accuracy: Sequence[Sequence[float]], labelled: Sequence[Sequence[int]], hrefs
+    names: Sequence[str],
+    accuracy: Sequence[Sequence[float | None]],
+    labelled: Sequence[Sequence[int]],
+    hrefs,
 ) -> Heatmap:
-    """Row i, column j shows a_ij (brighter = higher, as in paper Fig. 3); the diagonal is blank;
-    `hrefs(i, j)` is the gallery of pair (i, j). Column names slant up at 45°: the top margin and the
+    """Row i, column j shows a_ij (brighter = higher, as in paper Fig. 3); the diagonal is blank, and so is
+    a pair without labels (a_ij None), which still links to its gallery; `hrefs(i, j)` is the gallery of
+    pair (i, j). Column names slant up at 45°: the top margin and the
     right edge make room for the longest one and the last one, and the colour scale sits below."""
     m = len(names)
     widths = [len(shown_name(name)) * CHAR_WIDTH for name in names]
@@ -144,11 +150,16 @@ def accuracy_heatmap(
     for i in range(m):
         for j in range(m):
             x, y = left + j * CELL, top + i * CELL
+            value = accuracy[i][j]
             if i == j:
-                cells.append(HeatmapCell(x, y, "#eef1f4", "#57606a", "", names[i], None))
+                cells.append(HeatmapCell(x, y, BLANK, "#57606a", "", names[i], None))
                 continue
-            rgb = viridis(accuracy[i][j])
-            text = f"{accuracy[i][j]:.2f}"
+            if value is None:
+                label = f"no labels yet: {names[i]} on the images selected with {names[j]}"
+                cells.append(HeatmapCell(x, y, BLANK, "#57606a", "", label, hrefs(i, j)))
+                continue
+            rgb = viridis(value)
+            text = f"{value:.2f}"
             label = f"{text}: {names[i]} on the images selected with {names[j]}, {labelled[i][j]} labelled"
             cells.append(HeatmapCell(x, y, f"rgb{rgb}", text_colour(rgb), text, label, hrefs(i, j)))
     centres = [index * CELL + CELL / 2 for index in range(m)]

@@ -8,17 +8,11 @@ from sqlalchemy.orm import Session
 
 from app.classifiers.models import Classifier
 from app.competitions.models import Competition
-from app.core.ranking import (
-    count_outcomes,
-    dominance_matrix,
-    pairwise_accuracy,
-    perron_rank,
-    ranks_from_scores,
-)
+from app.core.ranking import count_outcomes, ranks_of_known, scored_perron
 from app.labelling.models import PairSubset
 from app.labelling.results import PAIR_OUTCOMES, QUESTION_A, QUESTION_B, labelled_pair_images
 from app.leaderboard.schemas import HistoryPoint, HistoryRead
-from app.leaderboard.standings import ranked_pairs
+from app.leaderboard.standings import finite_or_none, rank_or_none, ranked_pairs
 
 HISTORY_POINTS = 24
 
@@ -87,7 +81,7 @@ def ranking_history(*, db_session: Session, competition: Competition) -> History
 
 def _history_point(classifiers: list[Classifier], rows: list[Labelled], alpha: float) -> HistoryPoint:
     """The Perron ranking of the classifiers registered by the last row's time, from these rows (those
-    without a labelled image yet last, as on the leaderboard)."""
+    without a labelled image yet have none, as on the leaderboard)."""
     as_of = rows[-1].labelled_at
     present = [classifier for classifier in classifiers if classifier.created_at <= as_of]
     index_of = {classifier.id: index for index, classifier in enumerate(present)}
@@ -99,11 +93,11 @@ def _history_point(classifiers: list[Classifier], rows: list[Labelled], alpha: f
             )
     outcomes = {pair: tuple(np.array(labels, dtype=bool).T) for pair, labels in by_pair.items()}
     counts = count_outcomes(outcomes, len(present))
-    scores = perron_rank(dominance_matrix(pairwise_accuracy(counts, alpha))).scores
+    scores = scored_perron(counts, alpha).scores
     return HistoryPoint(
         as_of=as_of,
         labelled_images=len(rows),
         classifier_ids=[classifier.id for classifier in present],
-        mad_scores=scores.tolist(),
-        mad_ranks=ranks_from_scores(scores, counts.without_evidence).tolist(),
+        mad_scores=[finite_or_none(score) for score in scores],
+        mad_ranks=[rank_or_none(rank) for rank in ranks_of_known(scores)],
     )

@@ -19,6 +19,7 @@ from app.jobs.schemas import PairSelectionRead
 from app.leaderboard import charts, public_reads, snapshots
 from app.leaderboard.public_reads import PublicReadsDep
 from app.leaderboard.schemas import HistoryRead, LeaderboardRead, PairWithoutLabels, SnapshotRead
+from app.leaderboard.standings import by_rank
 from app.users.auth import OptionalUser, SteppedUser
 from app.users.models import Role
 from app.web.dependencies import SettingsDep
@@ -129,8 +130,9 @@ def _leaderboard_page(
         is_admin=user is not None and user.role == Role.admin,
         competition=competition,
         board=board,
-        by_rank=sorted(board.classifiers, key=lambda standing: (standing.mad_rank, standing.classifier_id)),
+        by_rank=by_rank(board),
         names=names,
+        not_compared=[entry for entry in board.unranked if entry.classifier_id not in names],
         pairs=pairs,
         decided_by=decided_by_text(board.panel_size),
         heatmap=_heatmap(board),

@@ -93,9 +93,9 @@ async def read_leaderboard(
     table: Annotated[
         LeaderboardTable | None,
         Query(
-            description="With CSV, which table: classifiers (default; one row per ranked classifier), pairs "
-            "(A, B and n in long form: i, j, a_ij, b_ij, n_ij) or summary (λmax, consistency index, SRCC, "
-            "KRCC, case shares). The JSON holds them all."
+            description="With CSV, which table: classifiers (default; one row per compared classifier, "
+            "ranked or not), pairs (A, B and n in long form: i, j, a_ij, b_ij, n_ij) or summary (λmax, "
+            "consistency index, SRCC, KRCC, case shares). The JSON holds them all."
         ),
     ] = None,
 ) -> LeaderboardRead | Response:

@@ -18,33 +18,42 @@ class BootstrapSettings(BaseModel):
 
 
 class ClassifierStanding(BaseModel):
-    """One ranked classifier: its MAD (Perron) score and rank with intervals, the other rankings, Table 1."""
+    """One compared classifier: its MAD (Perron) score and rank with intervals, the other rankings, Table 1.
+    Every rank and score is null while it has no labelled image (then `no_rank` says why)."""
 
     classifier_id: int
     name: str
     status: ClassifierStatus
-    mad_score: float = Field(description="Perron score r_i (Eq. 5); the scores sum to 1.")
-    mad_rank: int = Field(
-        description="1 = best; scores equal to 6 decimals share the better rank; classifiers without any "
-        "labelled image come last (their interval spans every rank)."
+    mad_score: float | None = Field(
+        description="Perron score r_i (Eq. 5); the scores of the ranked classifiers sum to 1."
     )
-    score_low: float
-    score_high: float
-    rank_low: int = Field(description="Best rank of the 95% rank interval: 1 + those surely better.")
-    rank_high: int = Field(description="Worst rank of the 95% rank interval: 1 + those not surely worse.")
-    provisional: bool = Field(description="The rank is not settled yet (see provisional_rule).")
+    mad_rank: int | None = Field(
+        description="1 = best among the classifiers with labelled images; scores equal to 6 decimals share "
+        "the better rank."
+    )
+    score_low: float | None
+    score_high: float | None
+    rank_low: int | None = Field(description="Best rank of the 95% rank interval: 1 + those surely better.")
+    rank_high: int | None = Field(
+        description="Worst rank of the 95% rank interval: 1 + those not surely worse."
+    )
+    provisional: bool = Field(
+        description="The rank is not settled yet, or there is none (see provisional_rule)."
+    )
     no_rank: str | None = Field(
         default=None,
         description="Why nothing ranks it yet: no labelled image in any of its pairs (they selected no "
-        "image, wait for votes, or are not selected yet). Its mad_rank then only lists it last, its "
-        "intervals span every rank and score, and the pages show no rank. Null once it has a labelled image.",
+        "image, wait for votes, or are not selected yet). Every rank and score is then null, the others are "
+        "ranked among themselves, and it is listed in `unranked` too. Null once it has a labelled image.",
     )
-    hodge_score: float
-    hodge_rank: int
-    bradley_terry_score: float = Field(description="Bradley–Terry log-strength from Case II wins.")
-    bradley_terry_rank: int
-    win_rate: float = Field(description="Share of its Case II images it won.")
-    win_rate_rank: int
+    hodge_score: float | None
+    hodge_rank: int | None
+    bradley_terry_score: float | None = Field(description="Bradley–Terry log-strength from Case II wins.")
+    bradley_terry_rank: int | None
+    win_rate: float | None = Field(
+        description="Share of its Case II images it won; null without any Case II image."
+    )
+    win_rate_rank: int | None = Field(description="Rank by win rate among the classifiers that have one.")
     labelled_images: int = Field(description="Labelled images over all its pairs (an image per pair).")
     fewest_labelled_in_a_pair: int
     reported_accuracy: float | None = Field(description="Reported top-1 accuracy, % (ImageNet in the paper).")
@@ -59,7 +68,8 @@ class ClassifierStanding(BaseModel):
 
 
 class UnrankedClassifier(BaseModel):
-    """A classifier that is not ranked yet (waiting for predictions or selections) or failed."""
+    """A classifier without a rank: waiting for predictions or selections, failed, or without any labelled
+    image (then also in `classifiers`, with null ranks and scores)."""
 
     classifier_id: int
     name: str
@@ -77,16 +87,22 @@ class CaseSharesRead(BaseModel):
 
 
 class MatricesRead(BaseModel):
-    """Pairwise matrices over the ranked classifiers, rows and columns in classifier_ids order."""
+    """Pairwise matrices over the compared classifiers (`classifiers`, ranked or not), rows and columns in
+    classifier_ids order."""
 
     classifier_ids: list[int]
-    accuracy: list[list[float]] = Field(description="A: a_ij = (correct_ij + α) / (n_ij + 2α).")
-    dominance: list[list[float]] = Field(description="B: b_ij = a_ij / a_ji.")
+    accuracy: list[list[float | None]] = Field(
+        description="A: a_ij = (correct_ij + α) / (n_ij + 2α); null where the pair has no labelled image "
+        "(n_ij = 0, the diagonal too), where the ranking takes a_ij = ½."
+    )
+    dominance: list[list[float | None]] = Field(
+        description="B: b_ij = a_ij / a_ji; null where n_ij = 0, where the ranking takes b_ij = 1."
+    )
     labelled: list[list[int]] = Field(description="n_ij: labelled images of pair (i, j).")
 
 
 class PairWithoutLabels(BaseModel):
-    """A pair of ranked classifiers with no labelled image yet, and what it waits for."""
+    """A pair of compared classifiers with no labelled image yet, and what it waits for."""
 
     classifier_a_id: int
     classifier_b_id: int
@@ -138,10 +154,20 @@ class LeaderboardRead(BaseModel):
     smoothing: float = Field(description="Laplace pseudo-count α of the competition.")
     bootstrap: BootstrapSettings
     provisional_rule: str
-    classifiers: list[ClassifierStanding] = Field(description="Ranked classifiers in registration order.")
-    unranked: list[UnrankedClassifier]
-    lambda_max: float | None = Field(description="Largest eigenvalue of B; m when B is fully consistent.")
-    consistency_index: float | None = Field(description="Saaty's CI = (λmax − m) / (m − 1).")
+    classifiers: list[ClassifierStanding] = Field(
+        description="Compared classifiers (ready, or with pair selections) in registration order; those "
+        "without any labelled image have null ranks and scores."
+    )
+    unranked: list[UnrankedClassifier] = Field(
+        description="Every classifier without a rank, with why: waiting, failed, or without labelled images."
+    )
+    lambda_max: float | None = Field(
+        description="Largest eigenvalue of B over the ranked classifiers; their number m when B is fully "
+        "consistent. Null while no pair has a labelled image."
+    )
+    consistency_index: float | None = Field(
+        description="Saaty's CI = (λmax − m) / (m − 1) over the ranked classifiers; null with λmax."
+    )
     srcc: float | None = Field(description="Spearman ρ between MAD rank and accuracy rank.")
     krcc: float | None = Field(description="Kendall τ-b between MAD rank and accuracy rank.")
     correlated_classifiers: int = Field(
@@ -153,12 +179,12 @@ class LeaderboardRead(BaseModel):
         "it was recorded).",
     )
     pairs_without_labels: list[PairWithoutLabels] = Field(
-        default_factory=list, description="Pairs of ranked classifiers with no labelled image yet."
+        default_factory=list, description="Pairs of compared classifiers with no labelled image yet."
     )
     short_pairs: list[PairSelectionRead] = Field(
         default_factory=list,
-        description="Pairs of ranked classifiers that selected fewer than k images, each with its threshold "
-        "diagnosis and why (empty in snapshots frozen before it was recorded).",
+        description="Pairs of compared classifiers that selected fewer than k images, each with its "
+        "threshold diagnosis and why (empty in snapshots frozen before it was recorded).",
     )
     case_shares: CaseSharesRead
     matrices: MatricesRead
@@ -175,8 +201,8 @@ class HistoryPoint(BaseModel):
     as_of: datetime
     labelled_images: int
     classifier_ids: list[int]
-    mad_scores: list[float]
-    mad_ranks: list[int]
+    mad_scores: list[float | None] = Field(description="Null for a classifier without a labelled image yet.")
+    mad_ranks: list[int | None]
 
 
 class HistoryRead(BaseModel):
@@ -345,10 +371,10 @@ class RankingComparisonRead(BaseModel):
 
     classifier_id: int
     name: str
-    majority_rank: int
-    dawid_skene_rank: int
-    majority_score: float
-    dawid_skene_score: float
+    majority_rank: int | None = Field(description="Null for a classifier without labelled images.")
+    dawid_skene_rank: int | None
+    majority_score: float | None
+    dawid_skene_score: float | None
 
 
 class QualityRead(BaseModel):

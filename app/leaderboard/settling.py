@@ -1,10 +1,11 @@
-"""What active sampling settled and what it cost, for the leaderboard (issue 24; app.labelling.policy)."""
+"""What active sampling settled and what it cost, for the leaderboard (issue 24;
+app.labelling.active_sampling.policy)."""
 
 from sqlalchemy.orm import Session
 
 from app.classifiers.service import list_classifiers
 from app.competitions.models import Competition
-from app.labelling.policy import FULL_DESIGN, active_cost, last_decision
+from app.labelling.active_sampling.policy import FULL_DESIGN, active_cost, last_decision
 from app.labelling.types import actively_sampled
 from app.leaderboard.schemas import ActiveSamplingRead, InformativePair
 

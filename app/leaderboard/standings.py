@@ -1,8 +1,10 @@
 """The leaderboard: the MAD ranking of a competition from its labelled pair images.
 
-Ranked classifiers: those neither failed nor retired that have predictions (ready) or stored pair
+Compared classifiers: those neither failed nor retired that have predictions (ready) or stored pair
 selections, in registration order (Classifier.id), which is the row order of A, B and n. Pairs with a
-retired or failed classifier are ignored; failed and not-yet-ready classifiers are listed as unranked.
+retired or failed classifier are ignored; failed and not-yet-ready classifiers are listed as unranked. Of
+the compared ones, those with a labelled image are ranked among themselves; one without any has null ranks
+and scores and is listed as unranked too (docs/architecture.md, Ranking).
 The labels of a pair are its selected images whose two questions are decided (labelling's
 `pair_outcomes`); α is the competition's smoothing. The bootstrap is seeded, so the same votes always
 give the same numbers, and the rankings of the latest counts are remembered per process (the 1000
@@ -26,10 +28,10 @@ from app.core.ranking import (
     BootstrapIntervals,
     PairCounts,
     Ranking,
-    bootstrap_perron,
     count_outcomes,
     rank_classifiers,
     ranks_from_scores,
+    scored_intervals,
 )
 from app.jobs.schemas import PairSelectionRead
 from app.jobs.selections import pair_selections
@@ -55,7 +57,7 @@ PROVISIONAL_RULE = (
     f"A classifier is provisional while its {BOOTSTRAP_LEVEL:.0%} bootstrap rank interval spans more than "
     f"{PROVISIONAL_RANK_SPREAD + 1} ranks, or while one of its pairs has fewer than min(k, {STABLE_K}) "
     f"labelled images (paper Fig. 5: rankings settle once k > {STABLE_K}). One without any labelled image "
-    "has no rank yet: it is listed last and its interval spans every rank. Scores equal to "
+    "has no rank and no score yet; the others are ranked among themselves. Scores equal to "
     f"{SCORE_DECIMALS} decimals share a rank."
 )
 RANKINGS_REMEMBERED = 64
@@ -104,8 +106,13 @@ def _unranked(classifier: Classifier, reason: str) -> UnrankedClassifier:
 
 
 def finite_or_none(value: float) -> float | None:
-    """NaN (an undefined correlation) as None."""
-    return None if math.isnan(value) else value
+    """NaN (an undefined correlation, a missing score) as None."""
+    return None if math.isnan(value) else float(value)
+
+
+def rank_or_none(value: float) -> int | None:
+    """A rank of `Ranking.ranks_of` (NaN: no rank) as an int or None."""
+    return None if math.isnan(value) else int(value)
 
 
 def compute_leaderboard(*, db_session: Session, competition: Competition) -> LeaderboardRead:
@@ -120,6 +127,11 @@ def compute_leaderboard(*, db_session: Session, competition: Competition) -> Lea
         for selection in pair_selections(db_session=db_session, competition=competition)
         if {selection.classifier_a_id, selection.classifier_b_id} <= ranked_ids
     ]
+    no_rank = {
+        i: _no_rank(classifier.id, m, selections)
+        for i, classifier in enumerate(classifiers)
+        if counts.without_evidence[i]
+    }
     shares = case_shares(counts)
     active = active_sampling(db_session, competition)
     common = dict(
@@ -138,7 +150,10 @@ def compute_leaderboard(*, db_session: Session, competition: Competition) -> Lea
         panel_size=competition.panel_size,
         pairs_without_labels=_pairs_without_labels(db_session, competition, classifiers, counts),
         short_pairs=[selection for selection in selections if selection.selected < selection.k],
-        unranked=pairs.unranked,
+        unranked=sorted(
+            [*pairs.unranked, *(_unranked(classifiers[i], reason) for i, reason in no_rank.items())],
+            key=lambda entry: entry.classifier_id,
+        ),
         case_shares=CaseSharesRead(
             case_i=shares.case_i, case_ii=shares.case_ii, case_iii=shares.case_iii, images=shares.images
         ),
@@ -155,61 +170,45 @@ def compute_leaderboard(*, db_session: Session, competition: Competition) -> Lea
             matrices=MatricesRead(classifier_ids=[], accuracy=[], dominance=[], labelled=[]),
         )
     ranking, intervals = rank_with_intervals(counts, alpha)
-    comparison = _accuracy_comparison(classifiers, ranking.perron.scores, ranking.without_evidence)
-    mad_ranks = ranking.ranks
-    hodge_ranks = ranking.ranks_of(ranking.hodge)
-    bradley_terry_ranks = ranking.ranks_of(ranking.bradley_terry)
-    win_rate_ranks = ranking.ranks_of(ranking.win_rate)
+    comparison = _accuracy_comparison(classifiers, ranking.perron.scores, ranking.scored)
     off_diagonal = ~np.eye(m, dtype=bool)
     fewest = np.where(off_diagonal, counts.n, np.iinfo(np.int64).max).min(axis=1) if m > 1 else np.zeros(1)
     settled_with = min(competition.k, STABLE_K)
-    standings = []
-    for i, classifier in enumerate(classifiers):
-        spread = int(intervals.rank_high[i] - intervals.rank_low[i])
-        reported = comparison.ranks.get(i)
-        accuracy_rank, mad_rank_among_reported = (None, None) if reported is None else reported
-        standings.append(
-            ClassifierStanding(
-                classifier_id=classifier.id,
-                name=classifier.name,
-                status=classifier.status,
-                mad_score=float(ranking.perron.scores[i]),
-                mad_rank=int(mad_ranks[i]),
-                score_low=float(intervals.score_low[i]),
-                score_high=float(intervals.score_high[i]),
-                rank_low=int(intervals.rank_low[i]),
-                rank_high=int(intervals.rank_high[i]),
-                provisional=spread > PROVISIONAL_RANK_SPREAD
-                or (int(fewest[i]) < settled_with if active is None else not active.settled),
-                no_rank=_no_rank(classifier.id, m, selections) if counts.without_evidence[i] else None,
-                hodge_score=float(ranking.hodge[i]),
-                hodge_rank=int(hodge_ranks[i]),
-                bradley_terry_score=float(ranking.bradley_terry[i]),
-                bradley_terry_rank=int(bradley_terry_ranks[i]),
-                win_rate=float(ranking.win_rate[i]),
-                win_rate_rank=int(win_rate_ranks[i]),
-                labelled_images=int(counts.n[i].sum()),
-                fewest_labelled_in_a_pair=int(fewest[i]),
-                reported_accuracy=classifier.reported_accuracy,
-                accuracy_rank=accuracy_rank,
-                mad_rank_among_reported=mad_rank_among_reported,
-                delta_rank=None if reported is None else reported[0] - reported[1],
-            )
+    rows = _StandingRows(ranking, intervals, comparison)
+    standings = [
+        rows.standing(
+            i,
+            classifier,
+            no_rank=no_rank.get(i),
+            fewest_labelled=int(fewest[i]),
+            labelled_images=int(counts.n[i].sum()),
+            unsettled=int(fewest[i]) < settled_with if active is None else not active.settled,
         )
+        for i, classifier in enumerate(classifiers)
+    ]
     return LeaderboardRead(
         **common,
         classifiers=standings,
-        lambda_max=ranking.perron.lambda_max,
-        consistency_index=ranking.perron.consistency_index,
+        lambda_max=finite_or_none(ranking.perron.lambda_max),
+        consistency_index=finite_or_none(ranking.perron.consistency_index),
         srcc=comparison.srcc,
         krcc=comparison.krcc,
         correlated_classifiers=len(comparison.ranks),
         matrices=MatricesRead(
             classifier_ids=[classifier.id for classifier in classifiers],
-            accuracy=ranking.accuracy.tolist(),
-            dominance=ranking.dominance.tolist(),
+            accuracy=[[finite_or_none(value) for value in row] for row in ranking.accuracy],
+            dominance=[[finite_or_none(value) for value in row] for row in ranking.dominance],
             labelled=counts.n.tolist(),
         ),
+    )
+
+
+def by_rank(board: LeaderboardRead) -> list[ClassifierStanding]:
+    """The standings in the order of a ranking table: by MAD rank, those without one last, ties in
+    registration order."""
+    return sorted(
+        board.classifiers,
+        key=lambda standing: (standing.mad_rank is None, standing.mad_rank or 0, standing.classifier_id),
     )
 
 
@@ -253,7 +252,7 @@ def _pairs_without_labels(
 
 
 def rank_with_intervals(counts: PairCounts, alpha: float) -> tuple[Ranking, BootstrapIntervals]:
-    """rank_classifiers and the seeded bootstrap_perron of the counts, remembered per process. Both are
+    """rank_classifiers and the seeded scored_intervals of the counts, remembered per process. Both are
     pure functions of (counts, α), so the cache is keyed on the counts themselves and is never stale."""
     return _remembered_ranking(
         alpha, counts.m, counts.n.tobytes(), counts.correct.tobytes(), counts.wins.tobytes()
@@ -266,7 +265,7 @@ def _remembered_ranking(
 ) -> tuple[Ranking, BootstrapIntervals]:
     """rank_with_intervals of counts given as the bytes of their m×m int64 arrays."""
     counts = PairCounts(*(np.frombuffer(array, dtype=np.int64).reshape(m, m) for array in (n, correct, wins)))
-    intervals = bootstrap_perron(
+    intervals = scored_intervals(
         counts, alpha, n_resamples=BOOTSTRAP_RESAMPLES, level=BOOTSTRAP_LEVEL, seed=BOOTSTRAP_SEED
     )
     return rank_classifiers(counts, alpha), intervals
@@ -282,14 +281,14 @@ class AccuracyComparison:
 
 
 def _accuracy_comparison(
-    classifiers: list[Classifier], mad_scores: np.ndarray, without_evidence: np.ndarray
+    classifiers: list[Classifier], mad_scores: np.ndarray, scored: np.ndarray
 ) -> AccuracyComparison:
     """Accuracy rank and MAD rank over the classifiers that report an accuracy and have labelled images
-    (a MAD rank without labels compares nothing), and their correlations."""
+    (`scored`: a classifier without labels has no MAD rank to compare), and their correlations."""
     accuracies = {
         i: classifier.reported_accuracy
         for i, classifier in enumerate(classifiers)
-        if classifier.reported_accuracy is not None and not without_evidence[i]
+        if classifier.reported_accuracy is not None and scored[i]
     }
     if not accuracies:
         return AccuracyComparison({}, None, None)
@@ -307,3 +306,54 @@ def _accuracy_comparison(
         finite_or_none(srcc(mad_ranks, accuracy_ranks)),
         finite_or_none(krcc(mad_ranks, accuracy_ranks)),
     )
+
+
+class _StandingRows:
+    """The standings of one ranking: every rank and score of classifier i, None where it has none."""
+
+    def __init__(self, ranking: Ranking, intervals: BootstrapIntervals, comparison: AccuracyComparison):
+        self.ranking, self.intervals, self.comparison = ranking, intervals, comparison
+        self.mad_ranks = ranking.ranks
+        self.hodge_ranks = ranking.ranks_of(ranking.hodge)
+        self.bradley_terry_ranks = ranking.ranks_of(ranking.bradley_terry)
+        self.win_rate_ranks = ranking.ranks_of(ranking.win_rate)
+
+    def standing(
+        self,
+        i: int,
+        classifier: Classifier,
+        *,
+        no_rank: str | None,
+        fewest_labelled: int,
+        labelled_images: int,
+        unsettled: bool,
+    ) -> ClassifierStanding:
+        """Classifier i's standing; provisional while unranked, its interval is wide or it is `unsettled`."""
+        ranking, intervals = self.ranking, self.intervals
+        reported = self.comparison.ranks.get(i)
+        spread = intervals.rank_high[i] - intervals.rank_low[i]
+        return ClassifierStanding(
+            classifier_id=classifier.id,
+            name=classifier.name,
+            status=classifier.status,
+            mad_score=finite_or_none(ranking.perron.scores[i]),
+            mad_rank=rank_or_none(self.mad_ranks[i]),
+            score_low=finite_or_none(intervals.score_low[i]),
+            score_high=finite_or_none(intervals.score_high[i]),
+            rank_low=rank_or_none(intervals.rank_low[i]),
+            rank_high=rank_or_none(intervals.rank_high[i]),
+            provisional=no_rank is not None or bool(spread > PROVISIONAL_RANK_SPREAD) or unsettled,
+            no_rank=no_rank,
+            hodge_score=finite_or_none(ranking.hodge[i]),
+            hodge_rank=rank_or_none(self.hodge_ranks[i]),
+            bradley_terry_score=finite_or_none(ranking.bradley_terry[i]),
+            bradley_terry_rank=rank_or_none(self.bradley_terry_ranks[i]),
+            win_rate=finite_or_none(ranking.win_rate[i]),
+            win_rate_rank=rank_or_none(self.win_rate_ranks[i]),
+            labelled_images=labelled_images,
+            fewest_labelled_in_a_pair=fewest_labelled,
+            reported_accuracy=classifier.reported_accuracy,
+            accuracy_rank=None if reported is None else reported[0],
+            mad_rank_among_reported=None if reported is None else reported[1],
+            delta_rank=None if reported is None else reported[0] - reported[1],
+        )

@@ -1,5 +1,5 @@
 """The leaderboard as three flat tables (the CSV tables of the API and the release bundle's tables): one row
-per ranked classifier, A, B and n in long form, and one summary row."""
+per compared classifier (ranked or not), A, B and n in long form, and one summary row."""
 
 from typing import Literal
 
@@ -28,13 +28,13 @@ PAIR_COLUMNS = ("classifier_i_id", "classifier_i", "classifier_j_id", "classifie
 
 
 def classifier_rows(leaderboard: LeaderboardRead) -> list[dict]:
-    """One row per ranked classifier (registration order) with every standing field."""
+    """One row per compared classifier (registration order) with every standing field."""
     return [standing.model_dump(mode="json") for standing in leaderboard.classifiers]
 
 
 def pair_rows(leaderboard: LeaderboardRead) -> list[dict]:
-    """A, B and n in long form: one row per (i, j) of the ranked classifiers, diagonal included, in row-major
-    order of classifier_ids."""
+    """A, B and n in long form: one row per (i, j) of the compared classifiers, diagonal included, in
+    row-major order of classifier_ids."""
     matrices = leaderboard.matrices
     names = {standing.classifier_id: standing.name for standing in leaderboard.classifiers}
     return [

@@ -102,6 +102,8 @@ def dataset_card(
         "this competition and unlinkable to accounts or other competitions without the key.",
         "## Rebuilding the leaderboard\n\nA pair's labels are its `selected` rows of `subsets.parquet` whose "
         "`outcome_a` and `outcome_b` are both known; with α from `leaderboard_summary.parquet` and the "
-        "classifiers in the order of `leaderboard.parquet`, they give A, B and the Perron ranking.",
+        "classifiers in the order of `leaderboard.parquet`, they give A, B and the Perron ranking of the "
+        "classifiers with labelled images among themselves. A classifier without any has empty (null) ranks "
+        "and scores, and a_ij, b_ij are empty where a pair has no labelled image.",
     ]
     return "\n\n".join(sections) + "\n"

@@ -15,7 +15,7 @@ from app.db.session import DatabaseStepsDep, SessionDep
 from app.errors import Conflict, Forbidden, InvalidInput
 from app.i18n import N_
 from app.images.service import image_counts
-from app.labelling.annotators import images_left
+from app.labelling.quality_control.annotators import images_left
 from app.settings import Settings
 from app.users import invitations, openid, rate_limit
 from app.users import service as users_service

@@ -4,6 +4,7 @@ Cookie-authenticated requests that change state must carry the session's CSRF to
 X-CSRF-Token header (JavaScript, htmx) or a csrf_token form field (plain forms).
 """
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Protocol, TypeVar
@@ -24,6 +25,8 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 CSRF_HEADER = "X-CSRF-Token"
 CSRF_FIELD = "csrf_token"
 SESSION_GENERATION = "generation"
+NOT_IN_A_NEXT_PATH = re.compile(r"[\\\x00-\x1f\x7f]|%(2f|5c)", re.IGNORECASE)
+"""What a page to go to after sign-in may not hold (safe_next)."""
 """The session cookie's key for the user's session generation it was issued in (User.session_generation)."""
 
 
@@ -219,8 +222,12 @@ def start_session(request: Request, user_id: int, session_generation: int) -> No
 
 
 def safe_next(target: str) -> str:
-    """Only same-site paths are followed after sign-in (no open redirect)."""
-    return target if target.startswith("/") and not target.startswith("//") else "/"
+    """`target` when it is a path of this site, else "/" (no open redirect): it starts with one "/" and holds
+    no backslash, no control character and no encoded slash or backslash, any of which a browser or a proxy
+    may read as the start of another host (`/\\evil.example`, `/%2F%2Fevil.example`)."""
+    if target.startswith("/") and not target.startswith("//") and not NOT_IN_A_NEXT_PATH.search(target):
+        return target
+    return "/"
 
 
 def landing_page(target: str, role: Role) -> str:

@@ -7,9 +7,10 @@ because the provider says it has verified an address in one of the provider's al
 """
 
 import re
+import unicodedata
 from dataclasses import dataclass
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.db.base import utcnow
@@ -17,9 +18,9 @@ from app.errors import Conflict, Forbidden, MadError
 from app.settings import OpenIDProvider
 from app.users.invitations import claim_invitation
 from app.users.models import OpenIDIdentity, Role, User
+from app.users.service import MAX_USERNAME_LENGTH, add_user_under_free_name
 
 USERNAME_CHARACTERS = re.compile(r"[^A-Za-z0-9_.@-]+")
-MAX_USERNAME_LENGTH = 64
 
 
 class SignInFailed(MadError):
@@ -121,28 +122,18 @@ def _link(db_session: Session, user: User, identity: ProviderIdentity, provider:
 
 
 def _new_account(db_session: Session, identity: ProviderIdentity, role: Role) -> User:
-    """A new account without a password, named after the identity (a free username)."""
-    user = User(username=_free_username(db_session, identity), role=role, password_hash=None)
-    db_session.add(user)
-    db_session.flush()
-    return user
+    """A new account without a password, named after the identity (users_service.add_user_under_free_name:
+    a free, unreserved username)."""
+    return add_user_under_free_name(db_session=db_session, wanted=_wanted_username(identity), role=role)
 
 
-def _free_username(db_session: Session, identity: ProviderIdentity) -> str:
-    """The identity's preferred username, else its e-mail's local part (invalid characters as '-'), with
-    -2, -3, … appended while an account has it in any letter case."""
+def _wanted_username(identity: ProviderIdentity) -> str:
+    """The identity's preferred username, else its e-mail's local part, in Unicode's NFKC form (so that
+    `ｌｏｃａｌ-ｗｏｒｋｅｒ` reads as `local-worker`), characters a username cannot have as '-', cut to leave
+    room for a suffix."""
     wanted = identity.preferred_username or (identity.email or "").split("@")[0]
-    base = USERNAME_CHARACTERS.sub("-", wanted).strip("-")[: MAX_USERNAME_LENGTH - 4] or "user"
-    taken = set(
-        db_session.scalars(
-            select(func.lower(User.username)).where(func.lower(User.username).like(f"{base.lower()}%"))
-        )
-    )
-    candidate, number = base, 1
-    while candidate.lower() in taken:
-        number += 1
-        candidate = f"{base}-{number}"
-    return candidate
+    readable = USERNAME_CHARACTERS.sub("-", unicodedata.normalize("NFKC", wanted))
+    return readable.strip("-")[: MAX_USERNAME_LENGTH - 4] or "user"
 
 
 def identities_of(*, db_session: Session, user: User) -> list[OpenIDIdentity]:

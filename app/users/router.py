@@ -1,11 +1,11 @@
 """Accounts API: who am I and my password, and (admins) create users, deactivate them, set their passwords,
 issue, list and revoke tokens and invite people. The annotators' work records are served beside them from
-app/labelling/admin_router.py."""
+app/labelling/admin/admin_router.py."""
 
 from fastapi import APIRouter, Request, status
 
 from app.db.session import SessionDep
-from app.labelling.annotators import deactivate, set_votes_excluded
+from app.labelling.quality_control.annotators import deactivate, set_votes_excluded
 from app.users import invitations, service
 from app.users.auth import SESSION_GENERATION, AdminUser, CurrentUser
 from app.users.models import ApiToken, Invitation

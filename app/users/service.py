@@ -28,6 +28,7 @@ MAX_USERNAME_LENGTH = 64
 TOKEN_USE_RESOLUTION = timedelta(minutes=1)
 LOCAL_WORKER = "local-worker"
 LOCAL_WORKER_TOKEN_NAME = "embedded"
+FREE_NAME_ATTEMPTS = 5
 RESERVED_USERNAMES = frozenset({LOCAL_WORKER})
 """Names the service gives its own accounts: `mad worker` and `mad demo` run as LOCAL_WORKER on the server's
 machine (local_worker_token)."""
@@ -66,6 +67,35 @@ def _add_user(db_session: Session, username: str, role: Role, password: str | No
     except IntegrityError:
         raise Conflict(_taken(username, None)) from None
     return user
+
+
+def add_user_under_free_name(*, db_session: Session, wanted: str, role: Role) -> User:
+    """A new account without a password named `wanted`, or else the first of `wanted-2`, `wanted-3`, … that
+    no account has in any case or Unicode form and that is not reserved; a name taken by an account made at
+    the same moment (its insert broken by the unique username_key, in a savepoint) is passed over as well."""
+    for _ in range(FREE_NAME_ATTEMPTS):
+        username = _free_name(db_session, wanted)
+        check_username(username)
+        user = User(username=username, role=role, password_hash=None)
+        try:
+            with db_session.begin_nested():
+                db_session.add(user)
+        except IntegrityError:
+            continue  # the other account is committed now: the next look sees its name
+        return user
+    raise Conflict(f"no free username like {wanted!r} was found: try again")
+
+
+def _free_name(db_session: Session, wanted: str) -> str:
+    """`wanted`, or `wanted-N` with the smallest N > 1 whose username_key is neither an account's nor
+    reserved."""
+    alike = User.username_key.startswith(username_key(wanted), autoescape=True)
+    taken = RESERVED_USERNAMES | set(db_session.scalars(select(User.username_key).where(alike)))
+    candidate, number = wanted, 1
+    while username_key(candidate) in taken:
+        number += 1
+        candidate = f"{wanted}-{number}"
+    return candidate
 
 
 def _taken(username: str, by: str | None) -> str:
@@ -193,11 +223,17 @@ def local_worker_token(*, db_session: Session) -> str:
     """A new token of this machine's worker account (made on first use), named after this process.
 
     Local workers running side by side each keep their own token. Tokens of the account unused for a day
-    are revoked: their workers have ended, as a running one uses its token at least once a minute.
+    are revoked: their workers have ended, as a running one uses its token at least once a minute. A
+    person's account under the worker's name is never given the token (Conflict).
     """
-    user = db_session.scalar(select(User).where(User.username == LOCAL_WORKER))
+    user = db_session.scalar(select(User).where(User.username_key == username_key(LOCAL_WORKER)))
     if user is None:
         user = _add_user(db_session, LOCAL_WORKER, Role.worker, None)
+    elif user.role != Role.worker:  # a person's, made before OpenID sign-ins checked reserved names
+        raise Conflict(
+            f"the account {user.username!r} is a person's, not this machine's worker: run `mad worker --url "
+            "URL --token TOKEN` with a worker's token (`mad users add NAME --role worker --token`)"
+        )
     db_session.execute(
         delete(ApiToken).where(
             ApiToken.user_id == user.id,
@@ -237,8 +273,8 @@ def set_active(*, db_session: Session, user: User, is_active: bool, keep_tokens:
     """Deactivate (False) or reactivate (True) an account; a deactivated one cannot sign in, and its
     sessions end and its API tokens are revoked unless keep_tokens (kept, they work again once it is
     reactivated; reactivating brings no session back). An annotator is deactivated by
-    app.labelling.annotators.deactivate, which also waits for their answers in flight and ends their
-    leases."""
+    app.labelling.quality_control.annotators.deactivate, which also waits for their answers in flight and ends
+    their leases."""
     user.is_active = is_active
     if not is_active:
         end_sessions(db_session=db_session, user=user)

@@ -1,10 +1,12 @@
-"""Uploaded predictions files (Parquet, NPZ) become dense arrays, or a clear error."""
+"""Uploaded predictions files (Parquet, NPZ) become dense arrays, or a clear error; a table of several
+classifiers (the predictions export) gives the one named."""
 
 import hashlib
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -230,3 +232,118 @@ def test_empty_file_is_refused(write):
 
     with pytest.raises(PredictionUploadError, match="no rows"):
         read_prediction_upload(write(columns), COMPETITION, NUM_CLASSES)
+
+
+def export_columns() -> dict[str, np.ndarray]:
+    """full_columns under the names of the predictions export (image_sha256, entropy_bits)."""
+    columns = full_columns()
+    columns["image_sha256"], columns["entropy_bits"] = columns.pop("sha256"), columns.pop("entropy")
+    return columns
+
+
+def test_the_export_names_are_read_and_a_nan_entropy_is_unknown(write):
+    columns = export_columns()
+    columns["entropy_bits"][1] = np.nan  # the export writes NaN where the source gave no entropy
+
+    predictions = read_prediction_upload(write(columns), COMPETITION, NUM_CLASSES)
+
+    assert predictions.top1.tolist() == [-1, 0, -1, 9, 7, -1]
+    np.testing.assert_allclose(predictions.entropy_bits[[3, 4]], [3.0, 0.6])
+    assert np.isnan(predictions.entropy_bits[1])
+
+
+def test_a_column_under_both_names_is_refused(write):
+    columns = export_columns()
+    columns["sha256"] = columns["image_sha256"]
+
+    with pytest.raises(PredictionUploadError, match=r"both (image_)?sha256 and (image_)?sha256: keep one"):
+        read_prediction_upload(write(columns), COMPETITION, NUM_CLASSES)
+
+
+def test_a_missing_hash_column_names_both_its_names(write):
+    columns = export_columns()
+    del columns["image_sha256"]
+
+    with pytest.raises(PredictionUploadError, match=r"missing column\(s\) image_sha256 \(or sha256\)"):
+        read_prediction_upload(write(columns), COMPETITION, NUM_CLASSES)
+
+
+def table_of_three(path: Path, row_group_size: int | None = None) -> Path:
+    """A table like the predictions export: alpha predicts images 4, 1, 3; beta every image; gamma 0 and 5
+    (beta's rows between alpha's and gamma's), in row groups of `row_group_size` rows."""
+    rows = [("alpha", HASHES[4], 7), ("alpha", HASHES[1], 0), ("alpha", HASHES[3], 9)]
+    rows += [("beta", sha256, index) for index, sha256 in enumerate(HASHES)]
+    rows += [("gamma", HASHES[0], 2), ("gamma", HASHES[5], 3)]
+    table = pa.table(
+        {
+            "classifier_id": [ord(name[0]) for name, _, _ in rows],
+            "classifier": [name for name, _, _ in rows],
+            "image_sha256": [sha256 for _, sha256, _ in rows],
+            "top1": pa.array([label for _, _, label in rows], pa.int32()),
+            "prob": pa.array([0.5] * len(rows), pa.float32()),
+            "entropy_bits": pa.array([np.nan] * len(rows), pa.float32()),
+        }
+    )
+    pq.write_table(table, path, row_group_size=row_group_size)
+    return path
+
+
+@pytest.mark.parametrize("row_group_size", [None, 2])
+def test_one_classifier_is_taken_from_a_table_of_several(tmp_path, row_group_size):
+    path = table_of_three(tmp_path / "export.parquet", row_group_size)
+
+    alpha = read_prediction_upload(path, COMPETITION, NUM_CLASSES, classifier="alpha")
+    beta = read_prediction_upload(path, COMPETITION, NUM_CLASSES, classifier="beta")
+
+    assert alpha.top1.tolist() == [-1, 0, -1, 9, 7, -1]
+    assert beta.top1.tolist() == [0, 1, 2, 3, 4, 5]
+    assert np.isnan(beta.entropy_bits).all()
+
+
+def test_a_table_of_several_needs_a_name_and_one_it_holds(tmp_path):
+    path = table_of_three(tmp_path / "export.parquet")
+
+    listed = r"3 classifiers: alpha \(3 rows\), beta \(6 rows\), gamma \(2 rows\); name the one to take"
+    with pytest.raises(PredictionUploadError, match=listed):
+        read_prediction_upload(path, COMPETITION, NUM_CLASSES)
+    with pytest.raises(
+        PredictionUploadError, match=r"holds no classifier 'delta'; it holds alpha \(3 rows\)"
+    ):
+        read_prediction_upload(path, COMPETITION, NUM_CLASSES, classifier="delta")
+
+
+def test_a_table_of_one_classifier_needs_no_name(tmp_path):
+    table = pq.read_table(table_of_three(tmp_path / "export.parquet"))
+    pq.write_table(table.filter(pc.equal(table.column("classifier"), "gamma")), tmp_path / "gamma.parquet")
+
+    predictions = read_prediction_upload(tmp_path / "gamma.parquet", COMPETITION, NUM_CLASSES)
+
+    assert predictions.top1.tolist() == [2, -1, -1, -1, -1, 3]
+
+
+def test_a_name_for_a_file_of_one_classifier_is_refused(tmp_path):
+    parquet = write_parquet(tmp_path / "p.parquet", export_columns())
+    with pytest.raises(PredictionUploadError, match="no classifier column to pick 'alpha' from"):
+        read_prediction_upload(parquet, COMPETITION, NUM_CLASSES, classifier="alpha")
+
+    npz = write_npz(tmp_path / "p.npz", export_columns())
+    with pytest.raises(PredictionUploadError, match="an NPZ file holds one classifier's predictions"):
+        read_prediction_upload(npz, COMPETITION, NUM_CLASSES, classifier="alpha")
+
+
+def test_a_classifier_with_more_rows_than_images_is_refused(tmp_path):
+    path = table_of_three(tmp_path / "export.parquet")
+
+    with pytest.raises(PredictionUploadError, match="holds 6 rows of 'beta': more than the competition's 5"):
+        read_prediction_upload(path, COMPETITION[:5], NUM_CLASSES, classifier="beta")
+
+
+def test_a_classifier_column_without_names_is_refused(tmp_path):
+    columns = {**export_columns(), "classifier": np.array([1, 1, 2])}
+    with pytest.raises(PredictionUploadError, match="classifier must hold classifier names"):
+        read_prediction_upload(write_parquet(tmp_path / "a.parquet", columns), COMPETITION, NUM_CLASSES)
+
+    columns = {name: export_columns()[name] for name in ("image_sha256", "top1", "prob")}
+    pq.write_table(pa.table({**columns, "classifier": ["alpha", None, "alpha"]}), tmp_path / "b.parquet")
+    with pytest.raises(PredictionUploadError, match=r"column classifier has empty \(null\) values"):
+        read_prediction_upload(tmp_path / "b.parquet", COMPETITION, NUM_CLASSES)

@@ -29,11 +29,10 @@ def standings(client: TestClient, competition_id: int) -> dict:
 
 
 def assert_no_settled_rank_without_labels(board: dict) -> None:
-    """A classifier without a labelled image claims no rank: its interval spans every rank, provisional."""
-    ranked = len(board["classifiers"])
+    """A classifier without a labelled image claims no rank: no rank, score or interval, provisional."""
     for row in board["classifiers"]:
         if row["labelled_images"] == 0:
-            assert (row["rank_low"], row["rank_high"]) == (1, ranked), row
+            assert (row["mad_rank"], row["mad_score"], row["rank_low"], row["rank_high"]) == (None,) * 4, row
             assert row["provisional"] and row["delta_rank"] is None, row
 
 

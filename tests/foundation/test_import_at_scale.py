@@ -95,7 +95,11 @@ def test_a_manifest_of_paths_s3_keys_and_urls_keeps_provenance_and_a_rerun_skips
         writer.writerows(rows)
 
     report_path = tmp_path / "report.json"
-    cli_env = {**cli_env, "MAD_IMPORT_ALLOWED_HOSTS": "127.0.0.1"}  # the web folder is served on loopback
+    cli_env = {
+        **cli_env,
+        "MAD_IMPORT_ALLOWED_HOSTS": "127.0.0.1",  # the web folder is served on loopback
+        "MAD_IMPORT_ALLOWED_S3": f"s3://{bucket}/corpus",
+    }
     first = invoke(
         cli_env,
         "images",

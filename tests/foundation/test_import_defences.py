@@ -6,21 +6,24 @@ import csv
 import ipaddress
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import threading
 import time
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+import s3fs
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from app.db.engine import create_db_engine, create_sessionmaker
 from app.images.models import Image
-from app.images.remote_sources import UNREACHABLE
+from app.images.remote_sources import OUTSIDE_S3_LOCATIONS, UNREACHABLE
 from app.images.url_fetch import is_public, without_credentials
 from app.main import create_app
 from app.users.models import Role
@@ -29,6 +32,15 @@ from tests.foundation.test_cli import query
 from tests.foundation.test_import_at_scale import invoke
 from tests.support.images import image_bytes
 
+TRANSLATED_INSIDE = (
+    "64:ff9b::a00:5",  # NAT64 (RFC 6052) of 10.0.0.5
+    "64:ff9b::a9fe:a9fe",  # of 169.254.169.254, cloud metadata
+    "64:ff9b::7f00:1",  # of 127.0.0.1
+    "64:ff9b:1::a00:5",  # local-use NAT64 (RFC 8215) of 10.0.0.5
+    "::a9fe:a9fe",  # IPv4-compatible (RFC 4291, deprecated) 169.254.169.254
+    "::7f00:1",  # IPv4-compatible 127.0.0.1
+)
+"""IPv6 addresses that lead to IPv4 addresses inside the server's network."""
 TRICKLE_BYTES = 101
 TRICKLE_PAUSE_S = 0.2
 """The trickling URL sends a byte every 0.2 s: 20 s for its 101 bytes, ten times the deadline below."""
@@ -238,7 +250,130 @@ def test_urls_are_kept_without_credentials_or_signatures(url, kept):
         ("fe80::1", False),
         ("::ffff:127.0.0.1", False),
         ("2002:7f00:1::", False),  # 6to4 around 127.0.0.1
+        *((address, False) for address in TRANSLATED_INSIDE),
+        ("64:ff9b::808:808", True),  # NAT64 of 8.8.8.8
+        ("::808:808", True),
+        ("64:ff9b:1:808:8:800::", False),  # local-use NAT64 (its /48 form of 8.8.8.8): the network's own
     ],
 )
 def test_only_public_unicast_addresses_are_public(address, public):
     assert is_public(ipaddress.ip_address(address)) is public
+
+
+NAMESPACE_PROBE = r"""
+import json, subprocess, sys, threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typer.testing import CliRunner
+from app.cli.main import app as cli
+from tests.support.images import image_bytes
+
+folder, addresses, allowed = Path(sys.argv[1]), sys.argv[2].split(","), sys.argv[3]
+subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+for address in addresses:
+    subprocess.run(["ip", "-6", "addr", "add", f"{address}/128", "dev", "lo", "nodad"], check=True)
+hits = []
+
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        hits.append(self.path)
+        body = image_bytes(int(self.path.strip("/.png")))
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+class Server(ThreadingHTTPServer):
+    address_family = __import__("socket").AF_INET6
+
+server = Server(("::", 0), Handler)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+manifest = folder / "manifest.csv"
+urls = [f"http://[{address}]:{server.server_address[1]}/{n}.png" for n, address in enumerate(addresses)]
+manifest.write_text("uri\n" + "\n".join(urls) + "\n")
+env = {
+    "MAD_DATABASE_URL": f"sqlite:///{folder}/mad.sqlite3",
+    "MAD_DATA_DIR": str(folder / "data"),
+    "MAD_IMPORT_ALLOWED_HOSTS": allowed,
+    "MAD_IMPORT_URL_DEADLINE_S": "10",
+}
+for args in (["db", "upgrade"], ["competitions", "create", "corpus"]):
+    assert CliRunner().invoke(cli, args, env=env).exit_code == 0
+report = folder / "report.json"
+command = ["images", "import", str(manifest), "-c", "corpus", "--processes", "1", "--report", str(report)]
+ran = CliRunner().invoke(cli, command, env=env)
+assert ran.exit_code == 0, ran.output
+print(json.dumps({"hits": hits, "report": json.loads(report.read_text())}))
+"""
+
+
+def import_in_a_network_of_its_own(folder: Path, addresses: tuple[str, ...], allowed: str) -> dict:
+    """A manifest of one URL per address, each served on the loopback interface of a new network namespace
+    (unshare -rn: the addresses exist only there), imported by the CLI in it; what the server was asked for
+    and the import's report."""
+    if subprocess.run(["unshare", "-rn", "true"], capture_output=True).returncode != 0 or not shutil.which(
+        "ip"
+    ):
+        pytest.skip("needs unshare -rn (unprivileged network namespaces) and ip (iproute2)")
+    folder.mkdir()
+    probe = subprocess.run(
+        ["unshare", "-rn", sys.executable, "-c", NAMESPACE_PROBE, str(folder), ",".join(addresses), allowed],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    return json.loads(probe.stdout.strip().splitlines()[-1])
+
+
+def test_nat64_and_ipv4_compatible_forms_of_inside_addresses_are_not_reached(tmp_path):
+    """On an IPv6-only host behind DNS64/NAT64 these addresses lead to the private, loopback and metadata
+    IPv4 addresses they embed; here each is an address of a namespace's loopback with a web server behind it,
+    reached only when MAD_IMPORT_ALLOWED_HOSTS names its network."""
+    refused = import_in_a_network_of_its_own(tmp_path / "refused", TRANSLATED_INSIDE, "")
+    assert refused["hits"] == []
+    assert [row["detail"] for row in refused["report"]["rejected"]] == [UNREACHABLE] * len(TRANSLATED_INSIDE)
+    allowed = import_in_a_network_of_its_own(
+        tmp_path / "allowed", TRANSLATED_INSIDE, "64:ff9b::/96,64:ff9b:1::/48,::/96"
+    )
+    assert sorted(allowed["hits"]) == sorted(f"/{n}.png" for n in range(len(TRANSLATED_INSIDE)))
+    assert len(allowed["report"]["added"]) == len(TRANSLATED_INSIDE)
+
+
+def test_manifest_s3_rows_read_only_the_storage_and_the_locations_allowed(cli_env, tmp_path, s3_storage_url):
+    """The server's credentials read every bucket here; a manifest's rows read only the storage's own bucket
+    and prefix and what MAD_IMPORT_ALLOWED_S3 names, and a row elsewhere is refused unread: the same reason
+    whether its key exists or not."""
+    storage = s3_storage_url.removeprefix("s3://")  # bucket/mad
+    other = f"mad-{uuid.uuid4().hex[:12]}"
+    filesystem = s3fs.S3FileSystem(skip_instance_cache=True)
+    filesystem.mkdir(other)
+    objects = {
+        f"{storage}/incoming/a.png": 1,
+        f"{other}/public/b.png": 2,
+        f"{storage.split('/')[0]}/elsewhere/c.png": 3,  # the storage's bucket, outside its prefix
+        f"{other}/publicity/d.png": 4,  # beside the allowed prefix, not under it
+        f"{other}/secret/e.png": 5,
+    }
+    for key, seed in objects.items():
+        filesystem.pipe_file(key, image_bytes(seed))
+    uris = [f"s3://{key}" for key in objects]
+    uris += [f"s3://{other}/secret/missing.png", f"s3://{other}/public/../secret/e.png"]
+    env = {**cli_env, "MAD_STORAGE_URL": s3_storage_url, "MAD_IMPORT_ALLOWED_S3": f"s3://{other}/public"}
+
+    _, report = import_report(env, write_manifest(tmp_path / "manifest.csv", uris))
+    assert [item["name"] for item in report["added"]] == uris[:2]
+    assert {item["name"]: item["detail"] for item in report["rejected"]} == dict.fromkeys(
+        uris[2:], OUTSIDE_S3_LOCATIONS
+    )
+    stored = query(cli_env["MAD_DATABASE_URL"], select(Image.source_uri))
+    assert sorted(uri for (uri,) in stored) == sorted(uris[:2])
+    manifest = str(tmp_path / "manifest.csv")
+    misnamed = invoke({**env, "MAD_IMPORT_ALLOWED_S3": other}, "images", "import", manifest, "-c", "corpus")
+    assert (
+        misnamed.exit_code == 1
+        and f"MAD_IMPORT_ALLOWED_S3: Value error, '{other}' is not s3://" in misnamed.output
+    )

@@ -17,7 +17,10 @@ FOUNDATIONS += ("app.security", "app.storage", "app.csv_cells", "app.i18n")
 MAX_MUTUAL_PAIRS = 6
 """Pairs of packages importing each other (through their web edges): 14 before issue 27, 5 after it."""
 WEB_EDGES = ("router.py", "admin_router.py", "pages.py", "auth.py", "dependencies.py", "public_reads.py")
-"""Modules that answer HTTP requests: they may call any domain, and only they may use FastAPI."""
+"""Modules that answer HTTP requests, in a domain or in one of its sub-packages: they may call any domain, and
+only they may use FastAPI."""
+LABELLING_JOBS = ("quality_control", "active_sampling", "annotating", "admin")
+"""The sub-packages of app/labelling, lowest first: each imports only the root and the jobs before it."""
 EDGE_PACKAGES = ("app.admin", "app.site")
 """Pages that orchestrate across the domains: only the application (app.main) imports them."""
 WEB = ("fastapi", "starlette", "app.db.session", "app.web", "app.main")
@@ -41,11 +44,11 @@ def within(name: str, package: str) -> bool:
 
 
 def domain_modules() -> list[tuple[str, Path]]:
-    """(domain, file) for every module of the domain packages that is not a web edge."""
+    """(domain, file) for every module of the domain packages, sub-packages included, but the web edges."""
     return [
         (domain, source)
         for domain in DOMAINS
-        for source in sorted((APP / domain).glob("*.py"))
+        for source in sorted((APP / domain).rglob("*.py"))
         if source.name not in WEB_EDGES
     ]
 
@@ -53,10 +56,37 @@ def domain_modules() -> list[tuple[str, Path]]:
 @pytest.mark.parametrize(("domain", "source"), domain_modules(), ids=lambda value: str(value))
 def test_domain_modules_import_only_lower_layers_and_no_web(domain, source):
     allowed = (f"app.{domain}", *FOUNDATIONS, *(f"app.{lower}" for lower in DOMAINS[: DOMAINS.index(domain)]))
+    module = source.relative_to(APP)
     for name in imported_modules(source):
-        assert not any(within(name, web) for web in WEB), f"{domain}/{source.name} imports {name}"
+        assert not any(within(name, web) for web in WEB), f"{module} imports {name}"
         if within(name, "app") and name != "app":
-            assert any(within(name, package) for package in allowed), f"{domain}/{source.name} imports {name}"
+            assert any(within(name, package) for package in allowed), f"{module} imports {name}"
+
+
+def test_the_web_edges_of_sub_packages_are_recognised():
+    modules = {str(source.relative_to(APP)) for _, source in domain_modules()}
+    assert "labelling/annotating/queue.py" in modules
+    edges = ("annotating/router.py", "annotating/pages.py", "admin/admin_router.py")
+    edges = tuple(f"labelling/{edge}" for edge in edges)
+    assert modules.isdisjoint(edges) and all((APP / edge).is_file() for edge in edges)
+
+
+@pytest.mark.parametrize(
+    "source", sorted((APP / "labelling").rglob("*.py")), ids=lambda source: str(source.relative_to(APP))
+)
+def test_the_labelling_jobs_import_only_the_shared_root_and_the_jobs_before_them(source):
+    """app/labelling keeps what several jobs share at its root and each job in a sub-package
+    (docs/architecture.md): the root imports no job, except the API bodies (schemas.py), which present what
+    the jobs return to both routers; a job imports the root and only the jobs before it."""
+    parts = source.relative_to(APP / "labelling").parts
+    job = parts[0] if len(parts) > 1 else None
+    allowed = LABELLING_JOBS[: LABELLING_JOBS.index(job) + 1] if job else ()
+    if source.name == "schemas.py" and job is None:
+        allowed = LABELLING_JOBS[:-1]
+    for name in imported_modules(source):
+        other = name.split(".")[2] if within(name, "app.labelling") and name != "app.labelling" else None
+        if other in LABELLING_JOBS:
+            assert other in allowed, f"{source.relative_to(APP)} imports {name}"
 
 
 def test_the_core_modules_import_each_other_without_cycles():

@@ -5,7 +5,7 @@ import pytest
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute, iter_route_contexts
 
-from app.labelling.router import labelling_request
+from app.labelling.annotating.router import labelling_request
 from app.main import create_app
 from app.settings import Settings
 from app.users.auth import current_user, optional_user, require_admin, require_worker

@@ -117,7 +117,7 @@ def extracted(tmp_path_factory) -> dict:
 
 def test_the_extraction_finds_the_pages_the_questions_and_the_python_messages(extracted):
     assert "Skip to content" in extracted  # base.html
-    assert "Does this image show this: {name}?" in extracted  # app/labelling/questions.py
+    assert "Does this image show this: {name}?" in extracted  # app/labelling/annotating/questions.py
     assert "Wrong username or password." in extracted  # app/site/pages.py
 
 

@@ -11,9 +11,9 @@ from sqlalchemy.orm import Session
 from app.competitions.models import Competition
 from app.images.models import Image
 from app.images.store import ImageStore
-from app.labelling.answers import flag_image, submit_answers
+from app.labelling.annotating.answers import flag_image, submit_answers
+from app.labelling.annotating.queue import next_item
 from app.labelling.models import FlagReason, PairSubset, Question
-from app.labelling.queue import next_item
 from app.labelling.subsets import store_pair_subset
 from app.labelling.types import Answer
 from app.users.models import Role, User

@@ -13,9 +13,9 @@ from app.classifiers.models import Classifier
 from app.competitions.models import Competition
 from app.images.models import CompetitionImage, Image
 from app.images.store import ImageStore
-from app.labelling.answers import submit_answers
+from app.labelling.annotating.answers import submit_answers
+from app.labelling.annotating.queue import next_item
 from app.labelling.models import Assignment, AssignmentStatus, PairSubset
-from app.labelling.queue import next_item
 from app.labelling.subsets import store_pair_subset
 from app.labelling.types import Answer, PairEntry, PresentedItem
 from app.users import service as users_service

@@ -11,10 +11,10 @@ from sqlalchemy import func, select
 
 from app.competitions.models import Competition, Sampling
 from app.core.active import reliability_from_pairs
-from app.labelling.annotators import set_votes_excluded
+from app.labelling.active_sampling.policy import refresh
+from app.labelling.active_sampling.policy_runner import ready
 from app.labelling.models import ActivePolicy, LabelItem, Question, Vote
-from app.labelling.policy import refresh
-from app.labelling.policy_runner import ready
+from app.labelling.quality_control.annotators import set_votes_excluded
 from app.labelling.subsets import store_pair_subset
 from app.users.models import User
 from tests.labelling.factories import (

@@ -9,13 +9,14 @@ import pyarrow.parquet as pq
 import pytest
 from sqlalchemy import select
 
-from app.labelling.annotators import set_votes_excluded
+from app.labelling.annotating.queue import next_item
 from app.labelling.models import LabelItem, PairImage
-from app.labelling.queue import next_item
+from app.labelling.quality_control.annotators import set_votes_excluded
 from app.leaderboard.standings import compute_leaderboard
 from app.release.bundle import write_release
 from tests.labelling.contested import contested_competition
 from tests.release.test_release import rebuilt_ranking
+from tests.support.numbers import as_served
 
 
 @pytest.fixture
@@ -180,5 +181,5 @@ def test_adjudications_are_listed_exported_and_released(
     assert subsets[0]["outcome_a"] is False  # the overturned outcome, as the leaderboard counts it
     served = compute_leaderboard(db_session=db_session, competition=contested.competition)
     ids, ranking = rebuilt_ranking(bundle)
-    assert ids == served.matrices.classifier_ids and ranking.accuracy.tolist() == served.matrices.accuracy
-    assert ranking.perron.scores.tolist() == [standing.mad_score for standing in served.classifiers]
+    assert ids == served.matrices.classifier_ids and as_served(ranking.accuracy) == served.matrices.accuracy
+    assert as_served(ranking.perron.scores) == [standing.mad_score for standing in served.classifiers]

@@ -7,7 +7,9 @@ from sqlalchemy import select, update
 
 from app.db.base import utcnow
 from app.errors import Conflict, NotFound
-from app.labelling.answers import flag_image, submit_answers
+from app.labelling.annotating.answers import flag_image, submit_answers
+from app.labelling.annotating.queue import next_item
+from app.labelling.annotating.undo import undo_last
 from app.labelling.models import (
     Assignment,
     AssignmentStatus,
@@ -17,9 +19,7 @@ from app.labelling.models import (
     Question,
     Vote,
 )
-from app.labelling.queue import next_item
 from app.labelling.types import Answer, PresentedItem
-from app.labelling.undo import undo_last
 from app.users.models import Role
 from tests.conftest import make_user
 from tests.labelling.factories import answer_next, labelling_competition

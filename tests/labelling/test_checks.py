@@ -1,8 +1,8 @@
-"""The pure quality checks (app/labelling/checks.py): runs and fast streaks, counted only since the last flag
-of their kind."""
+"""The pure quality checks (app/labelling/quality_control/checks.py): runs and fast streaks, counted only
+since the last flag of their kind."""
 
-from app.labelling import checks
-from app.labelling.checks import RecentVote
+from app.labelling.quality_control import checks
+from app.labelling.quality_control.checks import RecentVote
 
 
 def votes(answers: list[bool], seconds: list[float | None], new: int | None = None) -> list[RecentVote]:

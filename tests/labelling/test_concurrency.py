@@ -23,12 +23,12 @@ from app.db.engine import create_db_engine, create_sessionmaker
 from app.errors import Conflict
 from app.images.models import Image
 from app.labelling import rules
-from app.labelling.answers import submit_answers
-from app.labelling.gold import add_gold_questions
+from app.labelling.annotating.answers import submit_answers
+from app.labelling.annotating.queue import next_item
+from app.labelling.annotating.undo import undo_last
 from app.labelling.models import LabelItem, Question, UndoDepth, Vote
-from app.labelling.queue import next_item
+from app.labelling.quality_control.gold import add_gold_questions
 from app.labelling.types import Answer
-from app.labelling.undo import undo_last
 from app.users import service as users_service
 from app.users.models import Role, User
 from tests.conftest import make_user

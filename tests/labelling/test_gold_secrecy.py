@@ -13,7 +13,7 @@ image.
 from sqlalchemy import select
 
 from app.images.models import Image
-from app.labelling.queue import next_item
+from app.labelling.annotating.queue import next_item
 from app.users.models import Role
 from tests.conftest import make_user
 from tests.labelling.factories import LabellingCalls, add_images, labelling_competition

@@ -140,6 +140,18 @@ def test_an_imported_file_names_classes_for_the_next_request_and_shows_the_cover
         ),
         ("t.yaml", "clock: Uhr\n", "a YAML or JSON translation file is a list of mappings"),
         ("t.yaml", "[", "the translation file is not CSV, YAML or JSON"),
+        (
+            "t.yaml",
+            "- {class_id: clock, locale: de, x: &u [Uhr], name: *u}\n",
+            "not CSV, YAML or JSON: aliases such as *u are not allowed",  # the bomb: test_alias_bombs.py
+        ),
+        (
+            "t.yaml",
+            "- {class_id: clock, locale: de, name: [Uhr, Wecker]}\n",
+            "row 1: name is a list, not text",
+        ),
+        ("t.yaml", "- {class_id: clock, locale: de, name: yes}\n", "row 1: name is a bool, not text"),
+        ("t.json", "[" * 5000 + "]" * 5000, "not CSV, YAML or JSON: it is nested too deeply to read"),
         ("t.csv", "", "the CSV header must name"),
         ("t.json", "[]", "the translation file has no rows"),
     ],

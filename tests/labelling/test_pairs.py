@@ -8,9 +8,9 @@ from sqlalchemy import func, select, update
 
 from app.db.base import utcnow
 from app.errors import Conflict, InvalidInput, NotFound
-from app.labelling.answers import flag_image, submit_answers
+from app.labelling.annotating.answers import flag_image, submit_answers
+from app.labelling.annotating.queue import next_item
 from app.labelling.models import Assignment, LabelItem, PairImage, PairSubset, Question
-from app.labelling.queue import next_item
 from app.labelling.results import pair_outcomes
 from app.labelling.subsets import discard_image, store_pair_subset
 from app.labelling.types import Answer

@@ -1,21 +1,25 @@
-"""The policy's own process (app/labelling/policy_runner.py): reruns happen there, on the committed database,
-and a dead process is replaced at the next rerun."""
+"""The policy's own process (app/labelling/active_sampling/policy_runner.py): reruns happen there, on the
+committed database, and a dead process is replaced at the next rerun."""
 
 import asyncio
 import os
+import re
 import signal
 
-import pytest
+import httpx
 from sqlalchemy import select
 
 from app.competitions.models import Sampling
 from app.competitions.schemas import CompetitionCreate
 from app.competitions.service import create_competition
 from app.db.engine import create_db_engine, create_sessionmaker
-from app.labelling.models import ActivePolicy
-from app.labelling.policy import set_sampling
-from app.labelling.policy_runner import PolicyRunner, ready
-from tests.labelling.factories import labelling_competition
+from app.labelling.active_sampling.policy import set_sampling
+from app.labelling.active_sampling.policy_runner import PolicyRunner, ready
+from app.labelling.models import ActivePolicy, LabelItem
+from app.users.models import Role
+from tests.labelling.factories import labelling_competition, users_with_tokens
+from tests.reliability.test_faults import wait_for
+from tests.support.browser import serving
 
 
 def active_competition(url: str) -> int:
@@ -52,9 +56,88 @@ def test_the_policy_reruns_in_a_process_of_its_own_started_again_if_it_died(fres
         asyncio.run(runner.refresh_if_due(competition_id, ran_dry=True))  # any counted question, as when dry
         assert counted(fresh_database_url, competition_id) == 0
         os.kill(pid, signal.SIGKILL)
-        with pytest.raises(Exception, match="terminated abruptly"):
-            asyncio.run(runner.refresh_if_due(competition_id, ran_dry=True))
+        asyncio.run(runner.refresh_if_due(competition_id, ran_dry=True))  # kept for the admin, not raised
+        assert "terminated abruptly" in runner.failures[competition_id].error
         assert runner.start().submit(ready).result(timeout=60) is None
         assert runner.start().submit(os.getpid).result(timeout=60) not in (pid, os.getpid())
     finally:
         runner.close()
+
+
+METRICS_TOKEN = "metrics-token"
+
+
+def failures_counted(http: httpx.Client, competition_id: int) -> float:
+    """mad_policy_rerun_failures_total of the competition in /metrics (0 before its first)."""
+    text = http.get("/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}).raise_for_status().text
+    found = re.search(
+        rf'^mad_policy_rerun_failures_total{{competition="{competition_id}"}} (\S+)$', text, re.M
+    )
+    return float(found.group(1)) if found else 0.0
+
+
+def answer_one_item(http: httpx.Client, competition_id: int, token: str) -> dict:
+    """An annotator's next item answered (each answer decides its question, a panel of one); the next."""
+    prefix = f"/api/v1/competitions/{competition_id}/labelling"
+    headers = {"Authorization": f"Bearer {token}"}
+    item = http.post(f"{prefix}/next", headers=headers).raise_for_status().json()["item"]
+    answers = [{"question_id": q["question_id"], "answer": True} for q in item["questions"]]
+    body = {"answers": answers, "next": True}
+    return http.post(f"{prefix}/answers", json=body, headers=headers).raise_for_status().json()["next"]
+
+
+def test_a_failed_rerun_shows_on_the_admin_page_and_in_the_metrics_while_labelling_goes_on(
+    fresh_database_url, tmp_path
+):
+    with serving(fresh_database_url, tmp_path / "data", metrics_token=METRICS_TOKEN) as server:
+        with server.sessions() as db_session:
+            spec = CompetitionCreate(name="failing", k=2, panel_size=1)
+            competition = create_competition(db_session=db_session, spec=spec)
+            labelling_competition(db_session, competition, classifiers=3, images_per_pair=3)
+            set_sampling(db_session, competition, Sampling.active)
+            db_session.get_one(ActivePolicy, competition.id).decided_since_refresh = 100  # a rerun is due
+            ((_, annotator),) = users_with_tokens(db_session, "annotator", 1)
+            ((_, admin),) = users_with_tokens(db_session, "admin", 1, Role.admin)
+            db_session.commit()
+            competition_id = competition.id
+            before = priorities(db_session, competition_id)
+        page = f"/admin/competitions/{competition_id}"
+        with httpx.Client(base_url=server.url, timeout=60) as http:
+            counted_before = failures_counted(http, competition_id)
+            pid = server.app.state.policy_runner.start().submit(os.getpid).result(timeout=60)
+            os.kill(pid, signal.SIGKILL)  # the policy's process dies, as under the out-of-memory killer
+
+            assert answer_one_item(http, competition_id, annotator)["status"] == "item"
+            shown = wait_for(
+                lambda: 'id="policy-failure"' in (text := admin_page(http, page, admin)) and text,
+                "the failure",
+            )
+            assert "The active policy's last rerun failed at" in shown and "BrokenProcessPool" in shown
+            assert failures_counted(http, competition_id) == counted_before + 1
+            with server.sessions() as db_session:
+                assert priorities(db_session, competition_id) == before  # the last good rerun's
+            assert counted(fresh_database_url, competition_id) > 100  # still due
+
+            assert answer_one_item(http, competition_id, annotator)["status"] in ("item", "finished")
+            wait_for(lambda: counted(fresh_database_url, competition_id) == 0, "a rerun in a new process")
+            assert failure_shown(admin_page(http, page, admin)) is None
+            assert failures_counted(http, competition_id) == counted_before + 1
+
+
+def failure_shown(page: str) -> str | None:
+    """The admin page's paragraph on the policy's last failed rerun, if it has one."""
+    found = re.search(r'<p [^>]*id="policy-failure">(.*?)</p>', page, re.DOTALL)
+    return found.group(1) if found else None
+
+
+def admin_page(http: httpx.Client, page: str, token: str) -> str:
+    return http.get(page, headers={"Authorization": f"Bearer {token}"}).raise_for_status().text
+
+
+def priorities(db_session, competition_id: int) -> dict[int, float]:
+    """Each label item's priority, by id."""
+    return dict(
+        db_session.execute(
+            select(LabelItem.id, LabelItem.priority).where(LabelItem.competition_id == competition_id)
+        ).all()
+    )

@@ -119,8 +119,8 @@ def test_quality_careless_annotator_is_paused_before_their_50th_answer_and_told_
 
 def answer_items(db_session, competition, user, count: int, answer, seconds) -> None:
     """The annotator answers `count` images: question i of image n gets answer(n, i), seconds(n)."""
-    from app.labelling.answers import submit_answers
-    from app.labelling.queue import next_item
+    from app.labelling.annotating.answers import submit_answers
+    from app.labelling.annotating.queue import next_item
     from app.labelling.types import Answer
 
     for number in range(count):

@@ -8,11 +8,11 @@ from sqlalchemy import func, select, update
 from app.db.base import utcnow
 from app.errors import Conflict, InvalidInput
 from app.images.models import Image
-from app.labelling.annotators import annotator_stats, set_votes_excluded
-from app.labelling.answers import submit_answers
-from app.labelling.gold import add_gold_questions
+from app.labelling.annotating.answers import submit_answers
+from app.labelling.annotating.queue import next_item
 from app.labelling.models import Assignment, LabelItem, Question, Vote
-from app.labelling.queue import next_item
+from app.labelling.quality_control.annotators import annotator_stats, set_votes_excluded
+from app.labelling.quality_control.gold import add_gold_questions
 from app.labelling.types import Answer
 from app.users.models import Role
 from tests.conftest import make_user

@@ -15,7 +15,7 @@ from app.competitions.schemas import CompetitionCreate
 from app.competitions.service import create_competition
 from app.db.base import utcnow
 from app.labelling.models import GoldAnswer, Question, Vote
-from app.labelling.work_records import ACTIVE_SECONDS_CAP
+from app.labelling.quality_control.work_records import ACTIVE_SECONDS_CAP
 from app.users.models import Role, User
 from tests.conftest import TEST_PASSWORD, bearer, make_user
 from tests.labelling.factories import (

@@ -22,8 +22,8 @@ from app.images.store import ImageStore
 from app.jobs import service as jobs_service
 from app.jobs.enums import JobKind
 from app.jobs.lifecycle import enqueue_classifier
-from app.labelling.answers import submit_answers
-from app.labelling.queue import next_item
+from app.labelling.annotating.answers import submit_answers
+from app.labelling.annotating.queue import next_item
 from app.labelling.types import Answer
 from app.settings import Settings
 from app.users import service as users_service

@@ -15,19 +15,19 @@ from sqlalchemy import select
 
 from app.core.analysis import case_shares, krcc, ranking_stability, srcc
 from app.core.ranking import (
-    bootstrap_perron,
     count_outcomes,
-    dominance_matrix,
-    pairwise_accuracy,
-    perron_rank,
     rank_classifiers,
     ranks_from_scores,
+    ranks_of_known,
+    scored_intervals,
+    scored_perron,
 )
 from app.images.models import Image
 from app.labelling import rules
 from app.leaderboard.exports import TABLES
 from app.leaderboard.router import export_sessions
 from app.leaderboard.standings import PROVISIONAL_RANK_SPREAD, STABLE_K
+from tests.support.numbers import as_served, close
 
 FORMATS = ("csv", "parquet", "jsonl")
 
@@ -124,35 +124,36 @@ def test_every_leaderboard_number_is_recomputed_from_the_exports(exporting, vote
     labels = export_labels(subsets, questions, ids)
     counts = count_outcomes(pair_outcomes_of(labels, pairs), len(ids))
     ranking = rank_classifiers(counts, alpha)
-    intervals = bootstrap_perron(counts, alpha, **board["bootstrap"])
+    intervals = scored_intervals(counts, alpha, **board["bootstrap"])
     standings = board["classifiers"]
 
     def column(name: str) -> list:
         return [row[name] for row in standings]
 
     assert board["smoothing"] == alpha and board["matrices"]["labelled"] == counts.n.tolist()
-    assert np.allclose(board["matrices"]["accuracy"], ranking.accuracy)
-    assert np.allclose(board["matrices"]["dominance"], ranking.dominance)
+    assert close(board["matrices"]["accuracy"], ranking.accuracy)
+    assert close(board["matrices"]["dominance"], ranking.dominance)
     assert board["lambda_max"] == pytest.approx(ranking.perron.lambda_max)
     assert board["consistency_index"] == pytest.approx(ranking.perron.consistency_index)
-    assert np.allclose(column("mad_score"), ranking.perron.scores)
-    assert column("mad_rank") == ranking.ranks.tolist()
-    assert np.allclose(column("score_low"), intervals.score_low)
-    assert np.allclose(column("score_high"), intervals.score_high)
-    assert column("rank_low") == intervals.rank_low.tolist()
-    assert column("rank_high") == intervals.rank_high.tolist()
-    assert np.allclose(column("hodge_score"), ranking.hodge)
-    assert column("hodge_rank") == ranking.ranks_of(ranking.hodge).tolist()
-    assert np.allclose(column("bradley_terry_score"), ranking.bradley_terry)
-    assert column("bradley_terry_rank") == ranking.ranks_of(ranking.bradley_terry).tolist()
-    assert np.allclose(column("win_rate"), ranking.win_rate)
-    assert column("win_rate_rank") == ranking.ranks_of(ranking.win_rate).tolist()
+    assert close(column("mad_score"), ranking.perron.scores)
+    assert column("mad_rank") == as_served(ranking.ranks)
+    assert close(column("score_low"), intervals.score_low)
+    assert close(column("score_high"), intervals.score_high)
+    assert column("rank_low") == as_served(intervals.rank_low)
+    assert column("rank_high") == as_served(intervals.rank_high)
+    assert close(column("hodge_score"), ranking.hodge)
+    assert column("hodge_rank") == as_served(ranking.ranks_of(ranking.hodge))
+    assert close(column("bradley_terry_score"), ranking.bradley_terry)
+    assert column("bradley_terry_rank") == as_served(ranking.ranks_of(ranking.bradley_terry))
+    assert close(column("win_rate"), ranking.win_rate)
+    assert column("win_rate_rank") == as_served(ranking.ranks_of(ranking.win_rate))
     assert column("labelled_images") == counts.n.sum(axis=1).tolist()
     fewest = np.where(np.eye(len(ids), dtype=bool), counts.n.max() + 1, counts.n).min(axis=1)
     assert column("fewest_labelled_in_a_pair") == fewest.tolist()
     spread = intervals.rank_high - intervals.rank_low
     settled_with = min(competition["k"], STABLE_K)
-    assert column("provisional") == ((spread > PROVISIONAL_RANK_SPREAD) | (fewest < settled_with)).tolist()
+    unsettled = ~ranking.scored | (spread > PROVISIONAL_RANK_SPREAD) | (fewest < settled_with)
+    assert column("provisional") == unsettled.tolist()
 
     shares = case_shares(counts)
     assert board["case_shares"] == pytest.approx(
@@ -165,9 +166,7 @@ def test_every_leaderboard_number_is_recomputed_from_the_exports(exporting, vote
     )
 
     reporting = [  # Δrank and the correlations compare only classifiers with labels
-        i
-        for i, c in enumerate(ranked)
-        if c["reported_accuracy"] is not None and not counts.without_evidence[i]
+        i for i, c in enumerate(ranked) if c["reported_accuracy"] is not None and ranking.scored[i]
     ]
     assert 2 <= len(reporting) < len(ranked)
     accuracy_ranks = ranks_from_scores([ranked[i]["reported_accuracy"] for i in reporting])
@@ -193,11 +192,11 @@ def test_every_leaderboard_number_is_recomputed_from_the_exports(exporting, vote
         ]
         by_pair = pair_outcomes_of(kept, {(a, b) for _, a, b, _, _ in kept})
         point_counts = count_outcomes(by_pair, len(present))
-        scores = perron_rank(dominance_matrix(pairwise_accuracy(point_counts, alpha))).scores
+        scores = scored_perron(point_counts, alpha).scores
         assert (utc(point["as_of"]), point["labelled_images"]) == (as_of, int(cut))
         assert point["classifier_ids"] == [ids[i] for i in present]
-        assert np.allclose(point["mad_scores"], scores)
-        assert point["mad_ranks"] == ranks_from_scores(scores, point_counts.without_evidence).tolist()
+        assert close(point["mad_scores"], scores)
+        assert point["mad_ranks"] == as_served(ranks_of_known(scores))
 
     analysis = exporting.get(f"/api/v1/classifiers/{ids[0]}/analysis").json()
     curve = ranking_stability(pair_outcomes_of(labels, pairs), len(ids), k=competition["k"], alpha=alpha)

@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import select
 
 from app.core.analysis import case_shares, krcc, srcc
-from app.core.ranking import bootstrap_perron, count_outcomes, rank_classifiers, ranks_from_scores
+from app.core.ranking import count_outcomes, rank_classifiers, ranks_from_scores, scored_intervals
 from app.images.models import CompetitionImage
 from app.labelling.models import PairImage, PairImageRole, PairSubset
 from tests.leaderboard.scenario import (
@@ -20,6 +20,7 @@ from tests.leaderboard.scenario import (
     run_select_jobs,
     vote,
 )
+from tests.support.numbers import as_served, close
 
 
 def expected_outcomes(db_session, voted, classifier_ids):
@@ -70,24 +71,24 @@ def test_the_leaderboard_of_hand_made_votes_is_what_the_core_computes(
     counts = count_outcomes(expected_outcomes(db_session, voted, ids), len(ids))
     assert 0 < counts.n.sum() < 2 * len(ids) * (len(ids) - 1) * voted.competition.k
     ranking = rank_classifiers(counts, alpha=voted.competition.smoothing)
-    intervals = bootstrap_perron(counts, voted.competition.smoothing, n_resamples=1000, level=0.95, seed=0)
+    intervals = scored_intervals(counts, voted.competition.smoothing, n_resamples=1000, level=0.95, seed=0)
     assert board["matrices"]["labelled"] == counts.n.tolist()
-    assert np.allclose(board["matrices"]["accuracy"], ranking.accuracy)
-    assert np.allclose(board["matrices"]["dominance"], ranking.dominance)
+    assert close(board["matrices"]["accuracy"], ranking.accuracy)
+    assert close(board["matrices"]["dominance"], ranking.dominance)
     assert board["lambda_max"] == pytest.approx(ranking.perron.lambda_max)
     assert board["consistency_index"] == pytest.approx(ranking.perron.consistency_index)
     standings = board["classifiers"]
-    assert np.allclose([row["mad_score"] for row in standings], ranking.perron.scores)
-    assert [row["mad_rank"] for row in standings] == ranking.ranks.tolist()
-    assert np.allclose([row["score_low"] for row in standings], intervals.score_low)
-    assert np.allclose([row["score_high"] for row in standings], intervals.score_high)
-    assert [row["rank_low"] for row in standings] == intervals.rank_low.tolist()
-    assert [row["rank_high"] for row in standings] == intervals.rank_high.tolist()
-    assert [row["hodge_rank"] for row in standings] == ranking.ranks_of(ranking.hodge).tolist()
-    assert [row["bradley_terry_rank"] for row in standings] == ranking.ranks_of(
-        ranking.bradley_terry
-    ).tolist()
-    assert [row["win_rate_rank"] for row in standings] == ranking.ranks_of(ranking.win_rate).tolist()
+    assert close([row["mad_score"] for row in standings], ranking.perron.scores)
+    assert [row["mad_rank"] for row in standings] == as_served(ranking.ranks)
+    assert close([row["score_low"] for row in standings], intervals.score_low)
+    assert close([row["score_high"] for row in standings], intervals.score_high)
+    assert [row["rank_low"] for row in standings] == as_served(intervals.rank_low)
+    assert [row["rank_high"] for row in standings] == as_served(intervals.rank_high)
+    assert [row["hodge_rank"] for row in standings] == as_served(ranking.ranks_of(ranking.hodge))
+    assert [row["bradley_terry_rank"] for row in standings] == as_served(
+        ranking.ranks_of(ranking.bradley_terry)
+    )
+    assert [row["win_rate_rank"] for row in standings] == as_served(ranking.ranks_of(ranking.win_rate))
     assert [row["labelled_images"] for row in standings] == counts.n.sum(axis=1).tolist()
     assert all(row["provisional"] for row in standings)  # k = 6 < 15 labelled images per pair
 
@@ -205,9 +206,13 @@ def test_an_empty_competition_and_a_lone_classifier_have_a_leaderboard(
     register(
         db_session, settings, competition, tmp_path, "solo", hashes, np.arange(5), reported_accuracy=70.0
     )
-    (solo,) = client.get(url).json()["classifiers"]
-    assert (solo["mad_rank"], solo["mad_score"], solo["provisional"]) == (1, 1.0, True)
+    board = client.get(url).json()
+    (solo,) = board["classifiers"]
+    assert (solo["mad_rank"], solo["mad_score"], solo["provisional"]) == (None, None, True)
+    assert solo["no_rank"] == "no other classifier to compare it with"
     assert (solo["accuracy_rank"], solo["delta_rank"]) == (None, None)  # nothing labelled, nothing compared
+    assert [entry["name"] for entry in board["unranked"]] == ["solo"]
+    assert (board["lambda_max"], board["matrices"]["accuracy"]) == (None, [[None]])
 
 
 def off_by(truth: np.ndarray, accuracy: float, shift: int, seed: int) -> np.ndarray:
@@ -241,21 +246,23 @@ def three_classifiers(db_session, settings, tmp_path, name: str):
     return competition, hashes, truth
 
 
-def test_without_labels_no_classifier_claims_a_settled_rank(client, db_session, settings, tmp_path):
-    """No label at all: every interval spans every rank, every classifier is provisional, the four rankings
-    tie (Bradley–Terry's ±1e-16 included), Δrank and the correlations wait, and each pair says how many
-    annotators it waits for; one annotator's answers bring that down by one."""
+def test_without_labels_no_classifier_claims_a_rank(client, db_session, settings, tmp_path):
+    """No label at all: no rank, score or interval, every classifier provisional and listed as unranked,
+    Δrank and the correlations wait, and each pair says how many annotators it waits for; one annotator's
+    answers bring that down by one."""
     competition, hashes, truth = three_classifiers(db_session, settings, tmp_path, "unlabelled")
     url = f"/api/v1/competitions/{competition.id}/leaderboard"
 
     board = client.get(url).json()
     m = len(board["classifiers"])
     for row in board["classifiers"]:
-        assert (row["rank_low"], row["rank_high"], row["provisional"]) == (1, m, True)
-        assert (row["score_low"], row["score_high"]) == (0.0, 1.0)
+        assert (row["rank_low"], row["rank_high"], row["provisional"]) == (None, None, True)
+        assert (row["score_low"], row["score_high"]) == (None, None)
         ranks = [row[key] for key in ("mad_rank", "hodge_rank", "bradley_terry_rank", "win_rate_rank")]
-        assert ranks == [1, 1, 1, 1]
+        assert ranks == [None] * 4
         assert (row["accuracy_rank"], row["delta_rank"], row["labelled_images"]) == (None, None, 0)
+        assert row["no_rank"] == "no labelled image yet: of its 2 pairs, 2 wait for votes"
+    assert [entry["name"] for entry in board["unranked"]] == ["alpha", "beta", "gamma"]
     assert (board["srcc"], board["krcc"], board["correlated_classifiers"]) == (None, None, 0)
     assert board["panel_size"] == 5
     waiting = board["pairs_without_labels"]
@@ -268,18 +275,17 @@ def test_without_labels_no_classifier_claims_a_settled_rank(client, db_session, 
     assert len(needed) == m * (m - 1) // 2 and min(needed) == 2 and set(needed) <= {2, 3}
 
     page = client.get(f"/competitions/{competition.id}/leaderboard").text
-    assert page.count(f"1–{m}</td>") == m and page.count(">no labels yet</td>") == m
+    assert page.count('data-label="Rank interval">—</td>') == m and page.count(">no labels yet</td>") == m
     text = " ".join(page.split())
     assert f"No labels yet for {m} of {m} pairs: alpha vs beta (" in text
     assert all(f"{count} more annotators needed" in text for count in needed)
     assert "a question is decided once 3 of a panel of 5 annotators agree" in text
 
 
-def test_a_classifier_added_later_ranks_after_every_classifier_with_labels(
-    client, db_session, settings, tmp_path
-):
-    """It used to be ranked 2 with the interval 2–2, above classifiers with labels, from b = 1 alone. Its
-    labels (three digits above the truth) were never asked about, so none of its images is labelled."""
+def test_a_classifier_added_later_has_no_rank_until_it_has_labels(client, db_session, settings, tmp_path):
+    """It used to be ranked 2 with the interval 2–2, above classifiers with labels, from b = 1 alone, and
+    then 4 of 4. Its labels (three digits above the truth) were never asked about, so none of its images is
+    labelled: it has no rank, and the others are ranked among themselves."""
     competition, hashes, truth = three_classifiers(db_session, settings, tmp_path, "later")
     vote(db_session, competition, annotators(db_session, 3), lambda o, c: c == truth[o], hashes)
     late = register(
@@ -289,7 +295,13 @@ def test_a_classifier_added_later_ranks_after_every_classifier_with_labels(
     board = client.get(f"/api/v1/competitions/{competition.id}/leaderboard").json()
     standings = {row["name"]: row for row in board["classifiers"]}
     row = standings["late"]
-    assert (row["mad_rank"], row["rank_low"], row["rank_high"], row["provisional"]) == (4, 1, 4, True)
+    assert (row["mad_rank"], row["rank_low"], row["rank_high"], row["provisional"]) == (
+        None,
+        None,
+        None,
+        True,
+    )
+    assert [(entry["name"], entry["reason"]) for entry in board["unranked"]] == [("late", row["no_rank"])]
     assert (row["labelled_images"], row["accuracy_rank"], row["delta_rank"]) == (0, None, None)
     assert [standings[name]["mad_rank"] for name in ("alpha", "beta", "gamma")] == [1, 2, 3]
     assert all(standings[name]["rank_high"] <= 3 for name in ("alpha", "beta", "gamma"))

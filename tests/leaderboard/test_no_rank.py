@@ -1,6 +1,7 @@
 """A classifier that never disagrees confidently (its every pair selected no image) used to be listed at
 rank 4 with a Perron score on the admin "Leaderboard now" and the public leaderboard. Nothing ranks it: the
-API says why, and no page shows it a rank or a score; its pairs say why they are empty."""
+API gives it no rank or score and says why, no page shows it a rank or a score; its pairs say why they are
+empty."""
 
 import numpy as np
 
@@ -36,7 +37,9 @@ def test_a_classifier_whose_pairs_are_all_empty_gets_no_rank_and_its_pairs_say_w
     board = client.get(f"/api/v1/competitions/{competition.id}/leaderboard").json()
     standings = {row["name"]: row for row in board["classifiers"]}
     assert standings["timid"]["no_rank"] == "all 3 of its pairs selected no image to label"
-    assert (standings["timid"]["labelled_images"], standings["timid"]["rank_low"]) == (0, 1)
+    assert (standings["timid"]["labelled_images"], standings["timid"]["rank_low"]) == (0, None)
+    assert (standings["timid"]["mad_rank"], standings["timid"]["mad_score"]) == (None, None)
+    assert [entry["name"] for entry in board["unranked"]] == ["timid"]
     assert all(standings[name]["no_rank"] is None for name in ("alpha", "beta", "gamma"))
     assert all(standings[name]["labelled_images"] > 0 for name in ("alpha", "beta", "gamma"))
     short = {(p["classifier_a"], p["classifier_b"]): p for p in board["short_pairs"]}

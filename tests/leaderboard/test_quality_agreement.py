@@ -21,8 +21,8 @@ def truth(question_id: int) -> bool:
 def label_everything(db_session, competition, annotators) -> None:
     """Each annotator in turn answers their next image until none is left: the careful ones the truth (one
     question in seven flipped, a different seventh each), the last one always "yes"."""
-    from app.labelling.answers import submit_answers
-    from app.labelling.queue import next_item
+    from app.labelling.annotating.answers import submit_answers
+    from app.labelling.annotating.queue import next_item
     from app.labelling.types import Answer
 
     going = True
@@ -116,8 +116,8 @@ def test_agreement_of_a_competition_without_votes(client, competition, admin_hea
 
 def label_truthfully(db_session, competition, user, images: int | None = None) -> None:
     """The annotator answers the truth on their next images until none is left (or `images` are done)."""
-    from app.labelling.answers import submit_answers
-    from app.labelling.queue import next_item
+    from app.labelling.annotating.answers import submit_answers
+    from app.labelling.annotating.queue import next_item
     from app.labelling.types import Answer
 
     done = 0

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from app.competitions.members import add_member
-from app.labelling.caller import labelling_caller
+from app.labelling.annotating.caller import labelling_caller
 from app.users.models import Role
 from tests.conftest import TEST_PASSWORD, bearer, make_user
 from tests.labelling.factories import labelling_competition

@@ -24,6 +24,7 @@ from app.release.tables import pseudonym, pseudonym_key
 from app.settings import DEVELOPMENT_SECRET_KEY
 from tests.conftest import TEST_SECRET_KEY
 from tests.leaderboard.scenario import DIGITS
+from tests.support.numbers import as_served
 
 TABLES = (
     *("images", "subsets", "questions", "votes", "predictions", "adjudications"),
@@ -65,10 +66,10 @@ def test_release_rebuilds_the_leaderboard_from_the_bundle_alone(db_session, sett
     bundle = release(db_session, settings, voted, tmp_path / "bundle").path
     ids, ranking = rebuilt_ranking(bundle)
     assert ids == served.matrices.classifier_ids and len(ids) >= len(voted.active)
-    assert ranking.accuracy.tolist() == served.matrices.accuracy
-    assert ranking.dominance.tolist() == served.matrices.dominance
-    assert ranking.perron.scores.tolist() == [standing.mad_score for standing in served.classifiers]
-    assert ranking.ranks.tolist() == [standing.mad_rank for standing in served.classifiers]
+    assert as_served(ranking.accuracy) == served.matrices.accuracy
+    assert as_served(ranking.dominance) == served.matrices.dominance
+    assert as_served(ranking.perron.scores) == [standing.mad_score for standing in served.classifiers]
+    assert as_served(ranking.ranks) == [standing.mad_rank for standing in served.classifiers]
     assert sum(served.matrices.labelled[0]) > 0
     standings = pq.read_table(bundle / "leaderboard.parquet").to_pylist()
     assert standings == [standing.model_dump(mode="json") for standing in served.classifiers]

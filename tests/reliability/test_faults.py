@@ -25,6 +25,7 @@ Waits here are liveness bounds (a dead service fails instead of hanging), never 
 
 import errno
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -94,7 +95,9 @@ def wait_for(predicate: Callable[[], object], what: str):
 class Server:
     """uvicorn serving the app in a process of its own, on a fixed port so it can be restarted."""
 
-    def __init__(self, database_url: str, data_dir: Path):
+    def __init__(self, database_url: str, data_dir: Path, memory_bytes: int | None = None):
+        self.memory_bytes = memory_bytes
+        """At most this much address space for the server's process (RLIMIT_AS); None: no limit."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.environment = {
@@ -122,8 +125,13 @@ class Server:
             ],
             cwd=REPOSITORY,
             env=self.environment,
+            preexec_fn=None if self.memory_bytes is None else self._limit_memory,
         )
         wait_for(self.healthy, "the server to start")
+
+    def _limit_memory(self) -> None:
+        """In the server's process, before it runs: cap its address space at memory_bytes."""
+        resource.setrlimit(resource.RLIMIT_AS, (self.memory_bytes, self.memory_bytes))
 
     def healthy(self) -> bool:
         assert self.process.poll() is None, "the server exited"

@@ -24,6 +24,7 @@ from app.users.models import OpenIDIdentity, Role, User
 from app.users.service import set_active
 from tests.conftest import TEST_PASSWORD, bearer, settings_for
 from tests.labelling.factories import sign_in
+from tests.reliability.test_access import OFF_SITE_TARGETS
 from tests.sso.conftest import ALLOWED_DOMAIN, DISPLAY_NAME, MISCHIEFS, NAME, form_field, through_the_provider
 
 HTML = {"accept": "text/html"}
@@ -97,6 +98,15 @@ def test_a_person_of_an_allowed_domain_joins_signs_out_and_comes_back_to_the_sam
     assert sign_in_as(client, provider, "ada").status_code == 303
     assert me(client) == joined
     assert db_session.scalar(select(func.count()).select_from(User)) == 1
+
+
+def test_the_page_after_a_sign_in_is_never_off_the_site(client, provider):
+    provider.account("nora", f"nora@{ALLOWED_DOMAIN}")
+    for target in OFF_SITE_TARGETS:
+        answer = sign_in_as(client, provider, "nora", next=target)
+        assert (answer.status_code, answer.headers["location"]) == (303, "/"), target
+        sign_out(client)
+    assert sign_in_as(client, provider, "nora", next="/account?tab=1").headers["location"] == "/account?tab=1"
 
 
 def test_an_email_changed_at_the_provider_keeps_the_account_and_updates_its_address(

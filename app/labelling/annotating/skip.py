@@ -13,8 +13,9 @@ from app.labelling.types import Labeller, LabellingSettings
 
 def skip_item(*, db_session: Session, competition: LabellingSettings, user: Labeller, item_id: int) -> None:
     """End the annotator's lease on an item without a vote or a flag, so that others may take it; the queue
-    offers it to them again only once nothing else is left for them (app.labelling.queue). Only an image
-    given to them and not yet answered, flagged or finished can be skipped (409); skipping again is a no-op.
+    offers it to them again only once nothing else is left for them (app.labelling.annotating.queue). Only an
+    image given to them and not yet answered, flagged or finished can be skipped (409); skipping again is a
+    no-op.
     """
     item_exists = db_session.scalar(
         select(LabelItem.id).where(LabelItem.id == item_id, LabelItem.competition_id == competition.id)

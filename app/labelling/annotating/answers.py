@@ -3,7 +3,7 @@
 A strict majority of the panel decides a question and stops its asking (paper Sec. 3.1), or under active
 sampling fewer agreeing votes (rules.early_agreement); when more than 60% of the panel flag an image, it is
 discarded for its pairs and their reserves are asked instead. Under active sampling, decided questions are
-counted towards the policy's next refresh (app.labelling.policy).
+counted towards the policy's next refresh (app.labelling.active_sampling.policy).
 submit_answers is a hot path: its statements are app.labelling.statements, its writes sent together.
 """
 
@@ -19,10 +19,10 @@ from app.db.base import utcnow
 from app.db.statements import pipelined
 from app.errors import Conflict, InvalidInput, NotFound
 from app.labelling import rules
+from app.labelling.active_sampling.policy import count_decisions
 from app.labelling.items import lock_item, set_assignment
 from app.labelling.models import Assignment, AssignmentStatus, DifficultyFlag, FlagReason, LabelItem
-from app.labelling.policy import count_decisions
-from app.labelling.quality import check_answers, recent_votes
+from app.labelling.quality_control.quality import check_answers, recent_votes
 from app.labelling.statements import (
     GOLD_VOTE_COUNTS,
     IMAGE_QUESTIONS,
@@ -79,8 +79,8 @@ def submit_answers(
     """Record an annotator's answers on one image; a strict majority of the panel decides a question and
     stops its asking (paper Sec. 3.1). Answers to questions decided meanwhile are not stored; resending an
     answer already stored is a no-op; changing one needs undo. Each answer's seconds are the client's,
-    bounded by the server's clock (timed_seconds). New answers are then checked (app.labelling.quality),
-    which may pause the annotator."""
+    bounded by the server's clock (timed_seconds). New answers are then checked
+    (app.labelling.quality_control.quality), which may pause the annotator."""
     question_ids = [answer.question_id for answer in answers]
     if len(set(question_ids)) != len(question_ids):
         raise InvalidInput("each question may be answered once per submission")

@@ -7,7 +7,7 @@ from sqlalchemy.orm import Session
 
 from app.competitions.models import Sampling
 from app.i18n import choose_locale
-from app.labelling.caller_statements import (
+from app.labelling.annotating.caller_statements import (
     CALLER_BY_ID,
     CALLER_BY_TOKEN,
     LOCKED_CALLER_BY_ID,
@@ -23,7 +23,7 @@ class LabellingCaller:
     """An annotator's request resolved in one query: who calls, the competition (None when there is no
     such competition), whether they may label in it (an admin, or the competition is open to all
     annotators, or they are one of its members), the token they called with (id and last use) if any, and
-    why they are paused in the competition (app.labelling.quality), if they are."""
+    why they are paused in the competition (app.labelling.quality_control.quality), if they are."""
 
     labeller: Labeller
     competition: LabellingSettings | None
@@ -50,7 +50,8 @@ def labelling_caller(
 
     For a request that writes (answers, flags, leases), the account's row is locked FOR SHARE until the
     transaction ends, so that its votes_excluded and is_active hold for the whole request: pausing the
-    annotator or excluding their votes (app.labelling.annotators) waits for it, and it for them.
+    annotator or excluding their votes (app.labelling.quality_control.annotators) waits for it, and it for
+    them.
     """
     if token is not None:
         statement = LOCKED_CALLER_BY_TOKEN if writes else CALLER_BY_TOKEN

@@ -13,8 +13,8 @@ from app.competitions.translations import competition_translations
 from app.db.session import SessionDep
 from app.errors import Forbidden
 from app.i18n import SOURCE_LOCALE
-from app.labelling.annotators import images_left
-from app.labelling.quality import paused_message, paused_reason
+from app.labelling.quality_control.annotators import images_left
+from app.labelling.quality_control.quality import paused_message, paused_reason
 from app.labelling.rules import too_difficult
 from app.users.auth import ANNOTATOR_ROLES, OptionalUser, page_user
 from app.users.models import User

@@ -3,13 +3,13 @@ app.core.active reruns, what it writes for the queue, and what settling cost.
 
 Every answer that decides questions adds them to the competition's count (count_decisions, one upsert); once
 refresh_interval are decided (20, or a hundredth of the questions when that is more), the policy reruns after
-the response in a process of its own (refresh_if_due, from app.labelling.policy_runner): on the pairs'
-labelled outcomes and open images it gives each label item the priority_levels of the sum of its open pairs'
-priorities (a step of √2; 0 parks the item), the annotators' reliability (which may let fewer agreeing votes
-decide a question) and whether the ranking is settled (the queue then offers nothing more). Uniform
-competitions never reach any of this. Locks: the competition's row, then its items in id order (redecide_open;
-the priorities' writes pass over locked items), then its policy row (a submit holds an item, then the policy
-row), so that none waits in a cycle.
+the response in a process of its own (refresh_if_due, from app.labelling.active_sampling.policy_runner): on
+the pairs' labelled outcomes and open images it gives each label item the priority_levels of the sum of its
+open pairs' priorities (a step of √2; 0 parks the item), the annotators' reliability (which may let fewer
+agreeing votes decide a question) and whether the ranking is settled (the queue then offers nothing more).
+Uniform competitions never reach any of this. Locks: the competition's row, then its items in id order
+(redecide_open; the priorities' writes pass over locked items), then its policy row (a submit holds an item,
+then the policy row), so that none waits in a cycle.
 """
 
 from dataclasses import dataclass

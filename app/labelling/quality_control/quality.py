@@ -1,11 +1,12 @@
-"""Quality control that acts: after each submission the annotator's answers are checked (app.labelling.checks)
-and flags raised, a gold flag pausing them in the competition; an admin resumes them or excludes their votes.
+"""Quality control that acts: after each submission the annotator's answers are checked
+(app.labelling.quality_control.checks) and flags raised, a gold flag pausing them in the competition; an admin
+resumes them or excludes their votes.
 
 The checks read one statement (QUALITY_WINDOW, sent with the answer's writes in their round trip) per
 submission that recorded votes, and a second (GOLD_SINCE_LAST_FLAG) when it answered a gold question; they
 write only when a flag is raised. A flag row is written last in the answer's transaction (lock order:
 app.labelling.items); an admin's decision locks the annotator's row first
-(app.labelling.annotators.lock_annotator), so it waits for their answers in flight.
+(app.labelling.quality_control.annotators.lock_annotator), so it waits for their answers in flight.
 """
 
 from collections.abc import Callable
@@ -18,10 +19,10 @@ from sqlalchemy.orm import Session
 from app.competitions.models import Competition
 from app.db.base import utcnow
 from app.errors import Conflict, NotFound
-from app.labelling import checks
-from app.labelling.annotators import lock_annotator, set_votes_excluded
 from app.labelling.models import QualityDecision, QualityFlag, QualityFlagKind
-from app.labelling.quality_statements import GOLD_SINCE_LAST_FLAG, QUALITY_WINDOW
+from app.labelling.quality_control import checks
+from app.labelling.quality_control.annotators import lock_annotator, set_votes_excluded
+from app.labelling.quality_control.quality_statements import GOLD_SINCE_LAST_FLAG, QUALITY_WINDOW
 from app.labelling.types import Labeller, LabellingSettings
 from app.users.models import User
 

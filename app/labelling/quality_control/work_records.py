@@ -4,10 +4,10 @@ gold questions, over all competitions or one.
 Active time is the sum of the seconds each answer took, each capped at ACTIVE_SECONDS_CAP: a longer wait was
 the annotator away from the screen, not working, so it counts as the cap. The seconds stored are the server's
 clock's, which the client's figures (the labelling page measures from showing a question to its answer) can
-only lower (app.labelling.answers.timed_seconds). Answers are the votes that stand: an undone answer is gone,
-and its replacement counts on its own day.
+only lower (app.labelling.annotating.answers.timed_seconds). Answers are the votes that stand: an undone
+answer is gone, and its replacement counts on its own day.
 Gold accuracy counts each first answer to a gold question on the day it was given (as the admins' annotator
-statistics do, app.labelling.annotators).
+statistics do, app.labelling.quality_control.annotators).
 """
 
 from dataclasses import dataclass

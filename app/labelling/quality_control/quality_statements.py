@@ -1,11 +1,11 @@
-"""The statements of the quality checks run on each submission (app.labelling.quality), built once at import
-like the other hot statements (app.labelling.statements)."""
+"""The statements of the quality checks run on each submission (app.labelling.quality_control.quality), built
+once at import like the other hot statements (app.labelling.statements)."""
 
 from sqlalchemy import bindparam, func, literal_column, or_, select
 
 from app.db.statements import HotStatement
-from app.labelling import checks
 from app.labelling.models import GoldAnswer, QualityFlag, QualityFlagKind, Question, Vote
+from app.labelling.quality_control import checks
 
 _questions = Question.__table__
 _votes = Vote.__table__

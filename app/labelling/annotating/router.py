@@ -16,11 +16,14 @@ from sqlalchemy.orm import Session
 from app.competitions.members import MEMBERS_ONLY
 from app.db.session import SessionDep, in_one_thread
 from app.errors import Forbidden, NotFound
-from app.labelling import answers, quality, queue
-from app.labelling.annotators import annotator_stats, images_left
-from app.labelling.caller import labelling_caller
+from app.labelling.active_sampling.policy_runner import PolicyRunner
+from app.labelling.annotating import answers, queue
+from app.labelling.annotating.caller import labelling_caller
+from app.labelling.annotating.skip import skip_item
+from app.labelling.annotating.undo import undo_last
 from app.labelling.metrics import VOTES
-from app.labelling.policy_runner import PolicyRunner
+from app.labelling.quality_control import quality
+from app.labelling.quality_control.annotators import annotator_stats, images_left
 from app.labelling.schemas import (
     AnswersCreate,
     AnswersRead,
@@ -32,9 +35,7 @@ from app.labelling.schemas import (
     SkipCreate,
     UndoRead,
 )
-from app.labelling.skip import skip_item
 from app.labelling.types import Answer, Labeller, LabellingSettings, actively_sampled, nothing_useful_left
-from app.labelling.undo import undo_last
 from app.users import service as users_service
 from app.users.auth import (
     ANNOTATOR_ROLES,
@@ -78,7 +79,7 @@ class LabellingRequest:
         member of a members-only competition, then 403 for a write by a paused annotator.
 
         A request that changes state holds the caller's row locked FOR SHARE until it commits (see
-        app.labelling.caller), so that pausing them or excluding their votes never overlaps it.
+        app.labelling.annotating.caller), so that pausing them or excluding their votes never overlaps it.
         """
         writes = self.request.method not in SAFE_METHODS
         caller = require_caller(

@@ -12,8 +12,8 @@ app.labelling.statements.
 Under active sampling (issue 24) the queue's next image is the open one of highest priority (partly voted
 first, as ever), except for a uniform floor of picks in the order above; it never hands out a parked item
 (priority 0: all its pairs settled), and nothing at all once the policy found the ranking settled
-(app.labelling.policy refreshes the priorities). An annotator with nothing left is told `settled` if the
-policy, rerun on the questions decided since its last run, finds it so.
+(app.labelling.active_sampling.policy refreshes the priorities). An annotator with nothing left is told
+`settled` if the policy, rerun on the questions decided since its last run, finds it so.
 """
 
 import random
@@ -30,9 +30,9 @@ from app.core.taxonomy_sources import cached_taxonomy
 from app.db.base import utcnow
 from app.db.statements import HotStatement
 from app.i18n import SOURCE_LOCALE
+from app.labelling.active_sampling.policy import dry_queue_status
 from app.labelling.items import set_assignment
 from app.labelling.models import AssignmentStatus
-from app.labelling.policy import dry_queue_status
 from app.labelling.statements import (
     ACTIVE_FLOOR_HEAD,
     ACTIVE_QUEUE_HEAD,

@@ -1,6 +1,6 @@
 """The hot statement that identifies the caller of a labelling request, with the competition's labelling
-settings and the caller's membership and pause, in one query (app.labelling.caller; built once at import,
-as app.labelling.statements are)."""
+settings and the caller's membership and pause, in one query (app.labelling.annotating.caller; built once at
+import, as app.labelling.statements are)."""
 
 from sqlalchemy import and_, bindparam, literal_column, null, select
 

@@ -8,19 +8,26 @@ rose to 2.5× uniform sampling's; in a process of its own it costs the requests 
 started at the first answer under active sampling (a server that never samples actively never starts it;
 starting takes a second or two of importing, done before the first rerun is due) with its own engine, made
 once, and reruns one competition at a time; several server processes' reruns of one competition wait for
-each other on the competition's row (app.labelling.policy).
+each other on the competition's row (app.labelling.active_sampling.policy).
 """
 
 import asyncio
+import logging
 import multiprocessing
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.db.base import utcnow
 from app.db.engine import create_db_engine, create_sessionmaker
-from app.labelling import policy
+from app.labelling.active_sampling import policy
+from app.labelling.metrics import POLICY_RERUN_FAILURES
+
+logger = logging.getLogger(__name__)
 
 _sessions: dict[str, sessionmaker[Session]] = {}
 
@@ -38,6 +45,14 @@ def ready() -> None:
     """Nothing: run once so that the policy's process has imported this module before the first rerun."""
 
 
+@dataclass(frozen=True)
+class RerunFailure:
+    """A failed rerun of the policy: when, and the error (its type and message)."""
+
+    at: datetime
+    error: str
+
+
 class PolicyRunner:
     """Reruns the policy in a process of its own (module docstring), started by `start`. A
     competition's rerun asked for while one of it waits or runs is dropped: every answer that decides a
@@ -50,6 +65,8 @@ class PolicyRunner:
         self.pool: ProcessPoolExecutor | None = None
         self.starting = threading.Lock()
         self.asked: set[int] = set()
+        self.failures: dict[int, RerunFailure] = {}
+        """Each competition whose last rerun in this server process failed, with why."""
 
     def start(self) -> ProcessPoolExecutor:
         """The policy's process, started (importing in the background) if it was not; requests' threads call
@@ -63,18 +80,33 @@ class PolicyRunner:
             return self.pool
 
     async def refresh_if_due(self, competition_id: int, ran_dry: bool) -> None:
-        """policy.refresh_if_due on the competition in the policy's process, unless one is asked already."""
+        """policy.refresh_if_due on the competition in the policy's process, unless one is asked already.
+
+        A rerun that fails is logged with its traceback, counted (POLICY_RERUN_FAILURES) and kept in
+        `failures` for the competition's admin page until a rerun succeeds; labelling goes on with the
+        priorities of the last good rerun (the failed one's transaction is rolled back), and the questions it
+        was to answer for stay counted, so the next decided question asks again.
+        """
         if competition_id in self.asked:
             return
         self.asked.add(competition_id)
         try:
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(self.start(), refresh_if_due_at, self.url, competition_id, ran_dry)
-        except BrokenProcessPool:
-            self.pool = None  # the process died (killed, out of memory): the next rerun starts another
-            raise
+        except Exception as error:
+            if isinstance(error, BrokenProcessPool):
+                self.pool = None  # the process died (killed, out of memory): the next rerun starts another
+            self._failed(competition_id, error)
+        else:
+            self.failures.pop(competition_id, None)
         finally:
             self.asked.discard(competition_id)
+
+    def _failed(self, competition_id: int, error: Exception) -> None:
+        """Log, count and keep a failed rerun of the competition."""
+        logger.error("the active policy's rerun of competition %s failed", competition_id, exc_info=error)
+        POLICY_RERUN_FAILURES.labels(str(competition_id)).inc()
+        self.failures[competition_id] = RerunFailure(utcnow(), f"{type(error).__name__}: {error}")
 
     def close(self) -> None:
         """Stop the policy's process, dropping the reruns not started (each is due again at the next

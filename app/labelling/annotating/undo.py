@@ -14,9 +14,9 @@ from app.db.base import utcnow
 from app.db.statements import conflict_insert
 from app.errors import Conflict, NotFound
 from app.labelling import rules
+from app.labelling.annotating.queue import present
 from app.labelling.items import lock_item, refresh_needed, set_assignment
 from app.labelling.models import AssignmentStatus, DifficultyFlag, LabelItem, Question, UndoDepth, Vote
-from app.labelling.queue import present
 from app.labelling.types import Labeller, LabellingSettings, UndoResult, early_votes
 
 KEPT = "a flag on an image the panel has discarded stays (the image has left its pairs)"

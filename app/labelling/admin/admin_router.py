@@ -13,8 +13,10 @@ from app.competitions.dependencies import CompetitionDep
 from app.competitions.service import get_competition
 from app.csv_cells import neutralised
 from app.db.session import SessionDep
-from app.labelling import adjudication, gold, policy, quality
-from app.labelling.annotators import annotator_stats
+from app.labelling.active_sampling import policy
+from app.labelling.quality_control import adjudication, gold, quality
+from app.labelling.quality_control.annotators import annotator_stats
+from app.labelling.quality_control.work_records import DEFAULT_DAYS, span, work_records
 from app.labelling.schemas import (
     AdjudicationCreate,
     AdjudicationRead,
@@ -29,7 +31,6 @@ from app.labelling.schemas import (
     WorkRecordRead,
 )
 from app.labelling.types import LabellingSettings
-from app.labelling.work_records import DEFAULT_DAYS, span, work_records
 from app.users.auth import AdminUser
 from app.web.errors import error_responses
 

@@ -2,10 +2,10 @@
 (their questions decided afresh), and their progress and accuracy on gold questions.
 
 Deactivation and exclusion first lock the annotator's row (lock_annotator), which every labelling request that
-writes holds shared until it commits (app.labelling.caller): so they wait for the annotator's answers in
-flight, which then count as cast before, and the annotator's next requests wait for them and see the new
-state. Call them from a transaction that does not hold the row shared itself (an admin's request, a job),
-or it would wait for the annotator's other requests to end.
+writes holds shared until it commits (app.labelling.annotating.caller): so they wait for the annotator's
+answers in flight, which then count as cast before, and the annotator's next requests wait for them and see
+the new state. Call them from a transaction that does not hold the row shared itself (an admin's request, a
+job), or it would wait for the annotator's other requests to end.
 """
 
 from collections.abc import Sequence
