@@ -24,8 +24,9 @@ install: $(INSTALLED)  ## Create .venv and install MAD Arena with its test tools
 demo: $(INSTALLED)  ## The digits competition end to end, served at http://127.0.0.1:8000 (ARGS=--simulate)
 	MAD_DATA_DIR=$${MAD_DATA_DIR:-demo-data} $(BIN)/mad demo $(ARGS)
 
+# In parallel processes (pytest-xdist) when the run covers a directory: tests/conftest.py says how many.
 test: $(INSTALLED) $(PROVIDER_INSTALLED)  ## Run every test on SQLite and on the Postgres at 127.0.0.1:5432
-	$(BIN)/pytest $(ARGS)
+	$(BIN)/pytest -n auto --dist loadfile $(ARGS)
 
 lint: $(INSTALLED)  ## ruff, and the mypy type check of app/ and workers/
 	$(BIN)/ruff check .

@@ -5,6 +5,7 @@ made). `db_session` binds a test to a transaction that is rolled back at the end
 gives a test its own committed database (for CLI, worker and concurrency tests).
 """
 
+import json
 import logging
 import os
 import shutil
@@ -17,7 +18,7 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, make_url
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from app.db.engine import create_db_engine
 from app.db.session import database_steps, get_session
@@ -33,6 +34,13 @@ POSTGRES_URL = os.environ.get("MAD_TEST_POSTGRES_URL", "postgresql+psycopg://roo
 BACKENDS = ("sqlite", "postgres")
 TEST_SECRET_KEY = "test-secret-key-" + "x" * 32
 TEST_PASSWORD = "correct horse battery"
+
+if "PYTEST_XDIST_WORKER" in os.environ:
+    # pytest-xdist's workers start with COLUMNS=80 and LINES=24 in their environment, which the CLI's rich
+    # consoles would keep as their width from import on; without them they read COLUMNS when they print, as in
+    # a single pytest process, so the CLI tests' own COLUMNS applies.
+    for name in ("COLUMNS", "LINES"):
+        os.environ.pop(name, None)
 
 
 def _postgres_admin() -> psycopg.Connection:
@@ -177,8 +185,12 @@ def settings(tmp_path: Path, database_url: str) -> Settings:
 
 @pytest.fixture
 def app(settings: Settings, db_session: Session):
-    """The application with its request sessions bound to the test's rolled-back transaction."""
+    """The application with its request sessions, and every session it opens itself (the error pages'
+    signed-in user), bound to the test's rolled-back transaction: each commits a savepoint of it."""
     application = create_app(settings)
+    application.state.sessionmaker = sessionmaker(
+        bind=db_session.bind, join_transaction_mode="create_savepoint", expire_on_commit=False
+    )
 
     def session_in_test_transaction() -> Iterator[Session]:
         try:
@@ -309,3 +321,44 @@ def s3_storage_url(s3_endpoint: str, monkeypatch) -> str:
     bucket = f"mad-{uuid.uuid4().hex[:12]}"
     s3fs.S3FileSystem(skip_instance_cache=True).mkdir(bucket)
     return f"s3://{bucket}/mad"
+
+
+FUZZ_CASES: dict[str, int] = {}
+"""Cases fuzzed per test id: the user property fuzz_cases of tests/reliability/test_fuzz.py's reports."""
+
+
+def pytest_runtest_logreport(report) -> None:
+    """Keep the fuzz tests' case counts; under pytest-xdist their reports reach the main process too."""
+    for name, value in report.user_properties if report.when == "call" else ():
+        if name == "fuzz_cases":
+            FUZZ_CASES[report.nodeid] = value
+
+
+def pytest_terminal_summary(terminalreporter, config) -> None:
+    """Print how many cases each fuzz test tried; also write them as JSON to $MAD_FUZZ_REPORT when set (by
+    the main process only, not by pytest-xdist's workers)."""
+    if not FUZZ_CASES or hasattr(config, "workerinput"):
+        return
+    terminalreporter.section("fuzzing")
+    for test_id, count in FUZZ_CASES.items():
+        terminalreporter.write_line(f"{count} cases: {test_id}")
+    report = os.environ.get("MAD_FUZZ_REPORT")
+    if report:
+        counts = {"cases": FUZZ_CASES, "total": sum(FUZZ_CASES.values())}
+        Path(report).write_text(json.dumps(counts, indent=2) + "\n")
+        terminalreporter.write_line(f"written to {report}")
+
+
+TEST_WORKERS = 3
+"""Processes `make test` runs the suite in (pytest-xdist's `-n auto`): measured on 2 cores, where the tests
+wait on browsers, servers, subprocesses and databases much of their time (README, "Development")."""
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, which plain `pytest` runs need not load
+def pytest_xdist_auto_num_workers(config) -> int:
+    """TEST_WORKERS (or $PYTEST_XDIST_AUTO_NUM_WORKERS) when the run covers a directory; none for files or
+    named tests, which `--dist loadfile` would hand to one worker anyway after starting them all."""
+    covers_a_directory = any(
+        (config.invocation_params.dir / arg.split("::")[0]).is_dir() for arg in config.args
+    )
+    return int(os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", TEST_WORKERS)) if covers_a_directory else 0

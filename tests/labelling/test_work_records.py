@@ -213,6 +213,7 @@ def test_days_at_the_ends_of_the_calendar_are_refused_with_a_message(client, adm
     client.post("/login", data={"username": admin.username, "password": TEST_PASSWORD, "csrf_token": csrf})
     shown = client.get("/admin/work-records", params=params, headers={"Accept": "text/html"})
     assert shown.status_code == 422 and "must be a day from 1970-01-01 to 9999-12-30" in shown.text
+    assert f'href="/account">{admin.username} (' in shown.text  # the error page knows who is signed in
 
 
 def test_active_time_comes_from_the_servers_clock_not_the_clients_claim(client, db_session, competition):

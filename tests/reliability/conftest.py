@@ -1,9 +1,6 @@
 """Reliability fixtures: the built competition of world.py on a committed database of its own, and its app."""
 
-import json
-import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -12,9 +9,6 @@ from app.main import create_app
 from app.settings import Settings
 from tests.conftest import settings_for
 from tests.reliability.world import World, build_world
-
-FUZZ_COUNTS: dict[str, int] = {}
-"""Cases fuzzed per test id, reported at the end of the run."""
 
 
 @pytest.fixture
@@ -40,16 +34,3 @@ def world_app(world_settings, world) -> Iterator:
     application = create_app(world_settings)
     yield application
     application.state.engine.dispose()
-
-
-def pytest_terminal_summary(terminalreporter) -> None:
-    """Print how many cases each fuzz test tried; also write them as JSON to $MAD_FUZZ_REPORT when set."""
-    if FUZZ_COUNTS:
-        terminalreporter.section("fuzzing")
-        for test_id, count in FUZZ_COUNTS.items():
-            terminalreporter.write_line(f"{count} cases: {test_id}")
-        report = os.environ.get("MAD_FUZZ_REPORT")
-        if report:
-            counts = {"cases": FUZZ_COUNTS, "total": sum(FUZZ_COUNTS.values())}
-            Path(report).write_text(json.dumps(counts, indent=2) + "\n")
-            terminalreporter.write_line(f"written to {report}")

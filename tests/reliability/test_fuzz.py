@@ -27,7 +27,6 @@ from sqlalchemy import update
 
 from app.db.engine import create_db_engine
 from app.users.models import User
-from tests.reliability.conftest import FUZZ_COUNTS
 from tests.support.routes import endpoints
 
 EXAMPLES = int(os.environ.get("MAD_FUZZ_EXAMPLES", "12"))
@@ -119,7 +118,7 @@ def test_no_generated_request_gets_a_server_error(world_app, world, world_settin
                 assert mode == GenerationMode.NEGATIVE, operation.label  # some operations cannot be negated
             except Exception as error:  # every operation is fuzzed; the failures are reported together
                 failures.append(f"{operation.label} ({mode.value}): {_last_line(error)}")
-    FUZZ_COUNTS[request.node.nodeid] = tried
+    request.node.user_properties.append(("fuzz_cases", tried))
     print(f"fuzzed {tried} cases on {backend}")
     assert not failures, "\n".join(failures)
     assert tried >= len(operations) * EXAMPLES
@@ -201,7 +200,7 @@ def test_no_page_gets_a_server_error(world_app, world, backend, request):
             )
 
         sign_in()
-    FUZZ_COUNTS[request.node.nodeid] = tried
+    request.node.user_properties.append(("fuzz_cases", tried))
     print(f"fuzzed {tried} page requests on {backend}")
 
 
@@ -281,5 +280,5 @@ def test_nan_infinity_and_huge_integers_in_bodies_get_no_server_error(
                 run()
             except Exception as error:
                 failures.append(f"{operation.label}: {_last_line(error)}")
-    FUZZ_COUNTS[request.node.nodeid] = tried
+    request.node.user_properties.append(("fuzz_cases", tried))
     assert not failures, "\n".join(failures)

@@ -99,6 +99,13 @@ def wait_for_text(driver, element_id: str, text: str) -> None:
     )
 
 
+def wait_until_idle(driver) -> None:
+    """Wait until the labelling page has no request in flight (label.js marks it aria-busy meanwhile)."""
+    WebDriverWait(driver, PAGE_TIMEOUT_S).until(
+        lambda d: not d.find_element(By.ID, "label-app").get_dom_attribute("aria-busy")
+    )
+
+
 def focused(driver) -> str:
     return driver.switch_to.active_element.get_attribute("id")
 
@@ -201,6 +208,9 @@ def test_undo_speaks_plainly_and_answers_outlive_an_ended_session(labelling, dri
     assert driver.find_element(By.ID, "question-count").text == "Question 2 of 2"
     press(driver, "u")
     wait_for_text(driver, "question-count", "Question 1 of 2")
+    wait_until_idle(
+        driver
+    )  # the undo's request has ended (keys pressed while one is in flight are not taken)
     press(driver, "u")  # nothing of this annotator's is left to undo: said without asking the server
     wait_for_text(driver, "status", "Nothing to undo")
     refused = [entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
