@@ -37,6 +37,8 @@ def refusal(page) -> str:
         (arrival(prolific_id(), session_id="x" * 70), "lacks your SESSION_ID"),
         ("?PROLIFIC_PID=" + prolific_id() + "&SESSION_ID=" + prolific_id(), "lacks your STUDY_ID"),
     ],
+    # Named, not derived from the random ids: every xdist worker must collect the same test names.
+    ids=["no-pid", "22-digits", "upper-case", "placeholder", "path", "long-session", "no-study"],
 )
 def test_missing_or_malformed_ids_are_refused_without_echo_and_nothing_is_written(
     client, db_session, competition, admin_headers, query, why
