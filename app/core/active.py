@@ -25,14 +25,12 @@ import numpy as np
 from scipy.special import ndtr
 
 from app.core.ranking import (
-    PERRON_MAX_ITERATIONS,
     SCORE_DECIMALS,
     PairCounts,
     bradley_terry,
     dominance_matrix,
     pairwise_accuracy,
     perron_rank,
-    perron_vectors,
 )
 
 DEFAULT_REFRESH_EVERY = 20
@@ -169,16 +167,25 @@ def forecast_full_mad(
     )
 
 
-def score_gradient(accuracy: np.ndarray, step: float = 1e-6) -> np.ndarray:
-    """m×m×m: ∂r/∂a_ij of the Perron scores r of B(A) (Eq. 5), by forward differences in each a_ij."""
+def score_gradient(accuracy: np.ndarray) -> np.ndarray:
+    """m×m×m: ∂r/∂a_ij of the Perron scores r of B(A) (Eq. 5), exactly: from B r = λ r and 1ᵀr = 1,
+    [[B − λI, −r], [1ᵀ, 0]] [dr; dλ] = [−dB r; 0], where a_ij moves b_ij by 1/a_ji and b_ji by −a_ji/a_ij²
+    (the derivative of a simple eigenvector: Magnus 1985, Theorem 1)."""
     m = len(accuracy)
-    rows, columns = np.nonzero(~np.eye(m, dtype=bool))
-    nudged = np.repeat(accuracy[None], len(rows), axis=0)
-    nudged[np.arange(len(rows)), rows, columns] += step
-    base = perron_rank(dominance_matrix(accuracy), tol=1e-14).scores
-    scores, _, _ = perron_vectors(dominance_matrix(nudged), 1e-14, PERRON_MAX_ITERATIONS)
-    gradient = np.zeros((m, m, m))
-    gradient[rows, columns] = (scores - base[None, :]) / step
+    perron = perron_rank(dominance_matrix(accuracy), tol=1e-14)
+    scores, eigenvalue = perron.scores, perron.lambda_max
+    bordered = np.zeros((m + 1, m + 1))
+    bordered[:m, :m] = dominance_matrix(accuracy) - eigenvalue * np.eye(m)
+    bordered[:m, m] = -scores
+    bordered[m, :m] = 1.0
+    response = np.linalg.inv(bordered)[:m, :m]
+    transposed = accuracy.T
+    row_weight = -scores[None, :] / transposed
+    column_weight = transposed * scores[:, None] / accuracy**2
+    gradient = (
+        row_weight[:, :, None] * response.T[:, None, :] + column_weight[:, :, None] * response.T[None, :, :]
+    )
+    gradient[np.arange(m), np.arange(m)] = 0.0
     return gradient
 
 

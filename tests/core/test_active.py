@@ -98,6 +98,21 @@ def test_score_gradient_matches_a_perron_rerun():
     assert gradient[0, 2, 0] > 0 > gradient[0, 2, 2]  # a better a_02 lifts f_0 and lowers f_2
 
 
+def test_score_gradient_equals_central_differences_in_every_entry():
+    accuracy = np.random.default_rng(7).uniform(0.1, 0.9, (6, 6))
+    np.fill_diagonal(accuracy, 0.5)
+    step = 1e-6
+    for i, j in zip(*np.nonzero(~np.eye(6, dtype=bool)), strict=True):
+        up, down = accuracy.copy(), accuracy.copy()
+        up[i, j] += step
+        down[i, j] -= step
+        central = (
+            perron_rank(dominance_matrix(up), tol=1e-15).scores
+            - perron_rank(dominance_matrix(down), tol=1e-15).scores
+        ) / (2 * step)
+        assert score_gradient(accuracy)[i, j] == pytest.approx(central, abs=1e-7)
+
+
 def test_a_clear_ranking_settles_early_and_a_near_tie_is_labelled_out():
     clear, clear_open = counts_of(4, 10, 0.9, open_images=20)
     assert active_policy(clear, clear_open).settled
