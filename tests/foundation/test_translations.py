@@ -28,13 +28,19 @@ ANNOTATOR_PAGES = (
     "study_label.html",
     "study_done.html",
     "study_refused.html",
+    "leaderboard.html",
+    "gallery.html",
+    "classifier.html",
+    "charts.html",
 )
 """The pages annotators read (the admin pages may stay English)."""
 SHIPPED = ("de", "es")
 VISIBLE_ATTRIBUTES = ("aria-label", "title", "alt", "placeholder", "data-done")
 """Attributes read out or shown (and a button input's value)."""
-UNTRANSLATED = ("MAD Arena",)
-"""Text that is the same in every language: the product's name."""
+UNTRANSLATED = ("MAD Arena", "HodgeRank", "Hodge", "BT", "SRCC", "JSON Lines", "JSON", "CSV", "Parquet")
+"""Text that is the same in every language: the product's name, the names of methods and file formats."""
+NOTATION = ("sub", "sup", "tspan")
+"""Elements holding a symbol's subscript or superscript (λ<sub>max</sub>), not words."""
 WORD = re.compile(r"[^\W\d_]{2,}")
 """Two letters in a row: a word that would need translating (a key such as <kbd>Y</kbd> does not)."""
 MARK = "\x00"
@@ -63,7 +69,8 @@ def skeleton(source: str) -> str:
 
 
 class VisibleText(HTMLParser):
-    """The texts and the read-out attribute values of an HTML skeleton, outside <script> and <style>."""
+    """The texts and the read-out attribute values of an HTML skeleton, outside <script>, <style> and
+    notation (NOTATION)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -71,13 +78,13 @@ class VisibleText(HTMLParser):
         self._hidden = 0
 
     def handle_starttag(self, tag, attrs):
-        if tag in ("script", "style"):
+        if tag in ("script", "style", *NOTATION):
             self._hidden += 1
         shown = (*VISIBLE_ATTRIBUTES, "value") if ("type", "submit") in attrs else VISIBLE_ATTRIBUTES
         self.texts += [value or "" for name, value in attrs if name in shown]
 
     def handle_endtag(self, tag):
-        if tag in ("script", "style"):
+        if tag in ("script", "style", *NOTATION):
             self._hidden -= 1
 
     def handle_data(self, data):
