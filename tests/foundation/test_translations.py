@@ -10,7 +10,9 @@ import pytest
 from babel.messages.frontend import CommandLineInterface
 from babel.messages.pofile import read_po
 
-from app.i18n import LOCALE_DIR, SOURCE_LOCALE, locales
+from app.i18n import LOCALE_DIR, SOURCE_LOCALE, in_language, locales, translations
+from app.labelling.quality_control.checks import GOLD_SHORTFALL, gold_shortfall
+from app.leaderboard.standings import PROVISIONAL_RULE, PROVISIONAL_RULE_TEXT
 from app.web.templating import TEMPLATES_DIR, templates
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -159,3 +161,18 @@ def test_each_catalogue_translates_every_message_and_nothing_else(extracted, loc
             strict=False,
         ):
             assert sorted(braces.findall(translated)) == sorted(braces.findall(original)), message_id
+
+
+def test_a_message_stored_in_english_is_read_back_in_the_readers_language():
+    reason = gold_shortfall(answered=10, correct=5, threshold=0.7, min_answers=5)
+    assert in_language(reason, (GOLD_SHORTFALL,), translations("de")) == (
+        "5 Ihrer letzten 10 Antworten auf Kontrollfragen mit bekannter Antwort waren richtig (50%); "
+        "dieser Wettbewerb verlangt 70%"
+    )
+    spanish = in_language(PROVISIONAL_RULE, (GOLD_SHORTFALL, PROVISIONAL_RULE_TEXT), translations("es"))
+    assert spanish.startswith("Un clasificador es provisional") and "min(k, 15)" in spanish
+    assert in_language(reason, (GOLD_SHORTFALL,), translations(SOURCE_LOCALE)) == reason
+    other = "an admin paused you by hand"  # made from no template: as it was written
+    assert in_language(other, (GOLD_SHORTFALL,), translations("de")) == other
+    mixed = PROVISIONAL_RULE.replace("once k > 15", "once k > 16")  # a repeated name must repeat its value
+    assert in_language(mixed, (PROVISIONAL_RULE_TEXT,), translations("de")) == mixed
