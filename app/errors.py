@@ -10,9 +10,12 @@ class MadError(Exception):
     status_code = 400
     code = "bad_request"
 
-    def __init__(self, message: str):
-        super().__init__(message)
-        self.message = message
+    def __init__(self, message: str, **values: object):
+        """The message as is, or a template (marked with app.i18n.N_) whose {names} `values` fill: the API
+        answers in English, a page in the reader's language (app.web.error_pages.error_in_language)."""
+        self.template, self.values = message, values
+        self.message = message.format(**values) if values else message
+        super().__init__(self.message)
 
 
 class InvalidInput(MadError):

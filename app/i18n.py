@@ -1,6 +1,8 @@
 """The annotator's language: Babel's gettext catalogues (app/locale/LANG/LC_MESSAGES/messages.po, compiled
 in memory when first used), which language a request gets, and numbers and dates written its way."""
 
+import re
+from collections.abc import Iterable
 from datetime import date, datetime
 from functools import cache, lru_cache
 from io import BytesIO
@@ -95,3 +97,28 @@ def day(value: date | datetime, locale: str) -> str:
 def N_(message: str) -> str:
     """Mark a message of the Python code for `pybabel extract` (-k N_): it is translated where shown."""
     return message
+
+
+def in_language(text: str, templates: Iterable[str], translations: NullTranslations) -> str:
+    """A message the code stored or sent in English, made from one of `templates` (marked with N_, their
+    {names} filled), in the language of `translations`; text made from none of them is returned as it is."""
+    for template in templates:
+        match = _template_pattern(template).fullmatch(text)
+        if match:
+            return translations.gettext(template).format(**match.groupdict())
+    return text
+
+
+@cache
+def _template_pattern(template: str) -> re.Pattern[str]:
+    """A regular expression matching the template with any values in its {names} (a name repeated must
+    repeat its value)."""
+    parts, seen = re.split(r"\{(\w+)\}", template), set()
+    pattern = []
+    for position, part in enumerate(parts):
+        if position % 2 == 0:
+            pattern.append(re.escape(part))
+        else:
+            pattern.append(f"(?P={part})" if part in seen else f"(?P<{part}>.+?)")
+            seen.add(part)
+    return re.compile("".join(pattern), re.DOTALL)

@@ -140,7 +140,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.add_middleware(
         BodyGuard,
-        limits=BodyLimits(settings.max_upload_bytes, settings.max_json_bytes),
+        limits=BodyLimits(settings.max_upload_bytes, settings.max_json_bytes, settings.max_translation_bytes),
         large_body_sender=may_send_large_bodies,
     )
     app.add_middleware(

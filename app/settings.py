@@ -96,6 +96,11 @@ class Settings(BaseSettings):
         gt=0,
         description="Largest body of any other request (JSON, forms); a competition's 8 MiB.",
     )
+    max_translation_bytes: int = Field(
+        default=16 * 1024**2,
+        gt=0,
+        description="Largest translation file (PUT …/translations, `mad competitions translate`).",
+    )
     header_timeout_s: float = Field(
         default=10, gt=0, description="A connection that has not sent a whole request head by then is closed."
     )

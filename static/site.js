@@ -1,5 +1,8 @@
 // Every page: a table too wide for the screen scrolls sideways in its own box; such a box becomes a named
-// region that Tab reaches, so that keyboard users can scroll it with the arrow keys too.
+// region that Tab reaches, so that keyboard users can scroll it with the arrow keys too. A table marked
+// rows-on-phone is a card per row on a narrow screen instead (static/app.css): each of its cells is labelled
+// with its column's header (data-label, which the card shows before it), and explicit ARIA roles keep it a
+// table for screen readers whatever its display; rows the page rebuilds (live progress) are labelled again.
 "use strict";
 
 function tableName(box) {
@@ -19,6 +22,30 @@ function makeScrollersReachable() {
       ["tabindex", "role", "aria-label"].forEach((name) => box.removeAttribute(name));
     }
   }
+}
+
+function labelCells(table) {
+  const headers = [...(table.tHead?.rows[0]?.cells || [])].map((cell) => cell.textContent.trim());
+  table.setAttribute("role", "table");
+  for (const group of table.querySelectorAll(":scope > thead, :scope > tbody")) group.setAttribute("role", "rowgroup");
+  for (const row of table.rows) {
+    row.setAttribute("role", "row");
+    [...row.cells].forEach((cell, column) => {
+      if (cell.parentElement.parentElement === table.tHead) {
+        cell.setAttribute("role", "columnheader");
+      } else if (cell.tagName === "TH") {
+        cell.setAttribute("role", "rowheader");
+      } else {
+        cell.setAttribute("role", "cell");
+        if (!cell.dataset.label && headers[column]) cell.dataset.label = headers[column];
+      }
+    });
+  }
+}
+
+for (const table of document.querySelectorAll("table.rows-on-phone")) {
+  labelCells(table);
+  new MutationObserver(() => labelCells(table)).observe(table, { childList: true, subtree: true });
 }
 
 let pending = false;

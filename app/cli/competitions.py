@@ -141,10 +141,13 @@ def translate(
     ),
 ) -> None:
     """Import class names and descriptions in other languages: each language in the file replaces that
-    language's earlier import, and annotators are asked in their language from their next image on."""
+    language's earlier import, and annotators are asked in their language from their next image on. A file
+    over MAD_MAX_TRANSLATION_BYTES is refused unread."""
     from app.competitions import service, translations
 
-    with database_session(load_settings()) as session:
+    settings = load_settings()
+    with database_session(settings) as session:
+        translations.check_file_size(file.stat().st_size, settings.max_translation_bytes)
         rows = translations.parse_translation_file(file.read_bytes(), file.name)
         competition = service.get_competition_by_name(db_session=session, name=name)
         taken = translations.import_translations(db_session=session, competition=competition, rows=rows)

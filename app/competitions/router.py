@@ -21,6 +21,7 @@ from app.db.session import SessionDep
 from app.images.service import image_counts
 from app.users.auth import AdminUser, OptionalUser
 from app.users.service import get_user
+from app.web.dependencies import SettingsDep
 from app.web.errors import error_responses
 
 router = APIRouter(prefix="/api/v1/competitions", tags=["competitions"])
@@ -131,13 +132,15 @@ def import_translations(
     db_session: SessionDep,
     _admin: AdminUser,
     competition: CompetitionDep,
+    settings: SettingsDep,
     file: Annotated[UploadFile, File(description="CSV, YAML or JSON: class_id, locale, name, description.")],
 ) -> TranslationsRead:
     """Take a translation file for the label set: CSV with the header `class_id,locale,name,description`
     (by its .csv name), else YAML or JSON holding a list of mappings with those keys. `class_id` is a class
     key of the label set, `locale` a language the pages come in (not `en`). Each language in the file replaces
-    that language's earlier import; a bad row is refused (422) and nothing is stored. Annotators are asked in
-    their language from their next image on."""
+    that language's earlier import; a bad row is refused (422), a file over MAD_MAX_TRANSLATION_BYTES too
+    (413), and nothing is stored. Annotators are asked in their language from their next image on."""
+    translations.check_file_size(file.size or 0, settings.max_translation_bytes)
     rows = translations.parse_translation_file(file.file.read(), file.filename or "")
     taken = translations.import_translations(db_session=db_session, competition=competition, rows=rows)
     return TranslationsRead(imported=taken, coverage=translation_coverage(db_session, competition))

@@ -14,7 +14,7 @@ from app.competitions.models import ClassTranslation, Competition
 from app.core.taxonomy import TaxonomyError
 from app.core.taxonomy_sources import cached_taxonomy
 from app.core.yaml_documents import DocumentRefused, load_document
-from app.errors import InvalidInput
+from app.errors import InvalidInput, PayloadTooLarge
 from app.i18n import SOURCE_LOCALE, locales
 
 COLUMNS = ("class_id", "locale", "name", "description")
@@ -33,6 +33,14 @@ class TranslationRow:
     locale: str
     name: str
     description: str
+
+
+def check_file_size(size: int, limit: int) -> None:
+    """PayloadTooLarge (413) for a translation file over MAD_MAX_TRANSLATION_BYTES, before it is read."""
+    if size > limit:
+        raise PayloadTooLarge(
+            f"the translation file is {size:,} bytes; at most {limit:,} are taken (MAD_MAX_TRANSLATION_BYTES)"
+        )
 
 
 def parse_translation_file(content: bytes, filename: str) -> list[TranslationRow]:

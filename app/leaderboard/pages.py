@@ -5,6 +5,7 @@ checked against /api/v1 and recomputed from the exports. The live pages take tho
 public read cache (app/leaderboard/public_reads.py) in short database steps, like the API.
 """
 
+from babel.support import NullTranslations
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 from sqlalchemy.orm import Session
@@ -15,15 +16,20 @@ from app.competitions.models import Competition
 from app.competitions.service import get_competition
 from app.db.session import DatabaseStepsDep, SessionDep
 from app.errors import NotFound
+from app.i18n import N_, in_language
 from app.jobs.schemas import PairSelectionRead
 from app.leaderboard import charts, public_reads, snapshots
 from app.leaderboard.public_reads import PublicReadsDep
 from app.leaderboard.schemas import HistoryRead, LeaderboardRead, PairWithoutLabels, SnapshotRead
-from app.leaderboard.standings import by_rank
+from app.leaderboard.settling import ACTIVE_PROVISIONAL_RULE
+from app.leaderboard.standings import PROVISIONAL_RULE_TEXT, by_rank
 from app.users.auth import OptionalUser, SteppedUser
 from app.users.models import Role
 from app.web.dependencies import SettingsDep
-from app.web.templating import render
+from app.web.templating import page_translations, render, translate
+
+PROVISIONAL_RULES = (PROVISIONAL_RULE_TEXT, ACTIVE_PROVISIONAL_RULE)
+"""The provisional rules a leaderboard states (in English), shown in the reader's language."""
 
 router = APIRouter(include_in_schema=False)
 
@@ -63,32 +69,32 @@ def _history_chart(history: HistoryRead) -> charts.LineChart | None:
     return charts.line_chart(series, (1, m), range(1, m + 1), descending=True)
 
 
-def annotators_needed_text(count: int) -> str:
-    """'1 more annotator needed', '2 more annotators needed'."""
-    return f"{count} more annotator{'' if count == 1 else 's'} needed"
-
-
-def _waiting_text(pair: PairWithoutLabels) -> str:
-    """What a pair without labels waits for, in words."""
+def _waiting_text(pair: PairWithoutLabels, words: NullTranslations) -> str:
+    """What a pair without labels waits for, in words: '2 more annotators needed'."""
     if not pair.selected:
-        return "its images are not selected yet (a worker's job)"
+        return words.gettext("its images are not selected yet (a worker's job)")
     if pair.annotators_needed is None:
-        return "no image to ask about"
-    return annotators_needed_text(pair.annotators_needed)
+        return words.gettext("no image to ask about")
+    count = pair.annotators_needed
+    return words.ngettext("{count} more annotator needed", "{count} more annotators needed", count).format(
+        count=count
+    )
 
 
-def _short_text(pair: PairSelectionRead) -> str:
+def _short_text(pair: PairSelectionRead, words: NullTranslations) -> str:
     """A pair that selected fewer than k images, in words: '0 of 30 selected: why'."""
-    return f"{pair.selected} of {pair.k} selected: {pair.shortfall}"
+    template = words.gettext("{selected} of {k} selected: {why}")
+    return template.format(selected=pair.selected, k=pair.k, why=pair.shortfall)
 
 
-def decided_by_text(panel_size: int | None) -> str:
+def decided_by_text(panel_size: int | None, words: NullTranslations) -> str:
     """How a question is decided, in words: 'one answer decides a question (a panel of 1)'."""
     if panel_size is None:
         return ""
     if panel_size == 1:
-        return "one answer decides a question (a panel of 1)"
-    return f"a question is decided once {panel_size // 2 + 1} of a panel of {panel_size} annotators agree"
+        return words.gettext("one answer decides a question (a panel of 1)")
+    template = words.gettext("a question is decided once {needed} of a panel of {size} annotators agree")
+    return template.format(needed=panel_size // 2 + 1, size=panel_size)
 
 
 def _visible_competition(db_session: Session, competition_id: int, user) -> Competition:
@@ -109,8 +115,11 @@ def _leaderboard_page(
     """Render the leaderboard page, live (with its history) or frozen (a snapshot)."""
     names = {standing.classifier_id: standing.name for standing in board.classifiers}
     ids = board.matrices.classifier_ids
-    waiting = {(p.classifier_a_id, p.classifier_b_id): _waiting_text(p) for p in board.pairs_without_labels}
-    short = {(p.classifier_a_id, p.classifier_b_id): _short_text(p) for p in board.short_pairs}
+    words = page_translations(request, user)
+    waiting = {
+        (p.classifier_a_id, p.classifier_b_id): _waiting_text(p, words) for p in board.pairs_without_labels
+    }
+    short = {(p.classifier_a_id, p.classifier_b_id): _short_text(p, words) for p in board.short_pairs}
     pairs = [
         (
             names[ids[i]],
@@ -134,7 +143,8 @@ def _leaderboard_page(
         names=names,
         not_compared=[entry for entry in board.unranked if entry.classifier_id not in names],
         pairs=pairs,
-        decided_by=decided_by_text(board.panel_size),
+        decided_by=decided_by_text(board.panel_size, words),
+        provisional_rule=in_language(board.provisional_rule, PROVISIONAL_RULES, words),
         heatmap=_heatmap(board),
         history_chart=None if history is None else _history_chart(history),
         snapshot=snapshot,
@@ -219,7 +229,13 @@ async def classifier_page(
             if standing.classifier_id != classifier_id
         ],
         stability_chart=charts.line_chart(
-            [charts.Series("SRCC with the top-k ranking", stability.k_prime, stability.srcc)],
+            [
+                charts.Series(
+                    translate(request, N_("SRCC with the top-k ranking"), user),
+                    stability.k_prime,
+                    stability.srcc,
+                )
+            ],
             (min([0.0, *(v for v in stability.srcc if v is not None)]), 1.0),
             (0, 0.5, 0.9, 1),
         )

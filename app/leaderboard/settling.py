@@ -5,21 +5,24 @@ from sqlalchemy.orm import Session
 
 from app.classifiers.service import list_classifiers
 from app.competitions.models import Competition
+from app.i18n import N_
 from app.labelling.active_sampling.policy import FULL_DESIGN, active_cost, last_decision
 from app.labelling.active_sampling.reliability import early_decision_basis
 from app.labelling.schemas import EarlyDecisionsRead
 from app.labelling.types import actively_sampled
 from app.leaderboard.schemas import ActiveSamplingRead, InformativePair
 
+ACTIVE_PROVISIONAL_RULE = N_(
+    "Under active sampling a classifier is provisional while its {level} bootstrap rank interval spans more "
+    "than {ranks} ranks, or until the policy's stop rule settles the ranking (full MAD, every selected image "
+    "labelled, expected to reverse at most half a pair of neighbours and none with a chance above 25%); the "
+    "stop rule replaces the paper's minimum of labelled images per pair."
+)
+
 
 def active_provisional_rule(level: float, spread: int) -> str:
     """The provisional rule under active sampling: the rank interval, and the policy's stop rule."""
-    return (
-        f"Under active sampling a classifier is provisional while its {level:.0%} bootstrap rank interval "
-        f"spans more than {spread + 1} ranks, or until the policy's stop rule settles the ranking (full MAD, "
-        "every selected image labelled, expected to reverse at most half a pair of neighbours and none "
-        "with a chance above 25%); the stop rule replaces the paper's minimum of labelled images per pair."
-    )
+    return ACTIVE_PROVISIONAL_RULE.format(level=f"{level:.0%}", ranks=spread + 1)
 
 
 def active_sampling(db_session: Session, competition: Competition) -> ActiveSamplingRead | None:

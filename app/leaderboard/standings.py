@@ -33,6 +33,7 @@ from app.core.ranking import (
     ranks_from_scores,
     scored_intervals,
 )
+from app.i18n import N_
 from app.jobs.schemas import PairSelectionRead
 from app.jobs.selections import pair_selections
 from app.labelling.results import annotators_to_first_label, pair_outcomes
@@ -53,12 +54,18 @@ BOOTSTRAP_SEED = 0
 PROVISIONAL_RANK_SPREAD = 2
 STABLE_K = 15
 """Paper Fig. 5: the ranking from each pair's first k images agrees with k = 30 (SRCC > 0.9) once k > 15."""
-PROVISIONAL_RULE = (
-    f"A classifier is provisional while its {BOOTSTRAP_LEVEL:.0%} bootstrap rank interval spans more than "
-    f"{PROVISIONAL_RANK_SPREAD + 1} ranks, or while one of its pairs has fewer than min(k, {STABLE_K}) "
-    f"labelled images (paper Fig. 5: rankings settle once k > {STABLE_K}). One without any labelled image "
-    "has no rank and no score yet; the others are ranked among themselves. Scores equal to "
-    f"{SCORE_DECIMALS} decimals share a rank."
+PROVISIONAL_RULE_TEXT = N_(
+    "A classifier is provisional while its {level} bootstrap rank interval spans more than {ranks} ranks, "
+    "or while one of its pairs has fewer than min(k, {stable_k}) labelled images (paper Fig. 5: rankings "
+    "settle once k > {stable_k}). One without any labelled image has no rank and no score yet; the others "
+    "are ranked among themselves. Scores equal to {decimals} decimals share a rank."
+)
+"""The provisional rule before translation (pages show it in the reader's language: app.i18n.in_language)."""
+PROVISIONAL_RULE = PROVISIONAL_RULE_TEXT.format(
+    level=f"{BOOTSTRAP_LEVEL:.0%}",
+    ranks=PROVISIONAL_RANK_SPREAD + 1,
+    stable_k=STABLE_K,
+    decimals=SCORE_DECIMALS,
 )
 RANKINGS_REMEMBERED = 64
 

@@ -26,7 +26,7 @@ from app.users import service as users_service
 from app.users.auth import SESSION_GENERATION, check_csrf, landing_page, safe_next, start_session
 from app.users.openid import ProviderIdentity, SignInFailed
 from app.users.service import SignInAccount
-from app.web.error_pages import error_message
+from app.web.error_pages import error_in_language, error_message
 from app.web.templating import render, translate
 
 SCOPE = "openid email profile"
@@ -37,8 +37,8 @@ SIGN_IN_FAILED = N_("Sign-in did not work")
 """The session's key for the sign-in under way: the provider's name, the page to go to after it, the
 invitation it uses and whether it links the signed-in account (Authlib keeps its state, nonce and PKCE
 verifier beside it)."""
-START_AGAIN = "this sign-in was already finished, or was started in another browser or tab: start again"
-SIGN_IN_TO_LINK = "your session has ended: sign in again, then link the account from your account page"
+START_AGAIN = N_("this sign-in was already finished, or was started in another browser or tab: start again")
+SIGN_IN_TO_LINK = N_("your session has ended: sign in again, then link the account from your account page")
 
 router = APIRouter(include_in_schema=False)
 
@@ -119,7 +119,7 @@ async def finish_sign_in(request: Request, name: str, steps: DatabaseStepsDep):
             status_code=error.status_code,
             code=error.status_code,
             title=translate(request, SIGN_IN_FAILED),
-            message=error_message(request, error.message, error.status_code, None),
+            message=error_message(request, error_in_language(request, error, None), error.status_code, None),
             back=None,
             sign_in="/login",
         )
@@ -133,7 +133,7 @@ async def _discovery(provider: OpenIDProvider, client: StarletteOAuth2App) -> di
     try:
         metadata = await client.load_server_metadata()
     except (httpx2.HTTPError, ValueError) as error:
-        raise ServiceUnavailable(_unreachable(provider, error)) from error
+        raise _unreachable(provider, error) from error
     if metadata.get("issuer") != provider.issuer:
         raise ServiceUnavailable(
             f"{provider.display_name} names its issuer {metadata.get('issuer')!r}, not {provider.issuer!r}: "
@@ -150,28 +150,38 @@ async def _identity(
     metadata = await _discovery(provider, client)
     if request.query_params.get("iss", provider.issuer) != provider.issuer:  # RFC 9207: a mixed-up provider
         raise SignInFailed(
-            f"the answer came from {request.query_params['iss']!r}, not {provider.display_name}"
+            N_("the answer came from {issuer}, not {provider}"),
+            issuer=repr(request.query_params["iss"]),
+            provider=provider.display_name,
         )
     try:
         token = await client.authorize_access_token(request, claims_options=_id_token_checks(provider))
         if "userinfo" not in token:
-            raise SignInFailed(f"{provider.display_name} sent no ID token")
+            raise SignInFailed(N_("{provider} sent no ID token"), provider=provider.display_name)
         claims = dict(token["userinfo"])
         if "userinfo_endpoint" in metadata:
             info = await client.userinfo(token=token)
             if info.get("sub") != claims["sub"]:
-                raise SignInFailed(f"{provider.display_name}'s user info is about another account")
+                raise SignInFailed(
+                    N_("{provider}'s user info is about another account"), provider=provider.display_name
+                )
             claims.update((name, info[name]) for name in PROFILE_CLAIMS if name in info)
     except MismatchingStateError as error:
         raise SignInFailed(START_AGAIN) from error
     except OAuthError as error:
-        raise SignInFailed(f"{provider.display_name} refused the sign-in ({error}): start again") from error
+        raise SignInFailed(
+            N_("{provider} refused the sign-in ({error}): start again"),
+            provider=provider.display_name,
+            error=error,
+        ) from error
     except JoseError as error:
         raise SignInFailed(
-            f"{provider.display_name}'s ID token failed its check ({error}); nobody was signed in"
+            N_("{provider}'s ID token failed its check ({error}); nobody was signed in"),
+            provider=provider.display_name,
+            error=error,
         ) from error
     except httpx2.HTTPError as error:
-        raise ServiceUnavailable(_unreachable(provider, error)) from error
+        raise _unreachable(provider, error) from error
     return ProviderIdentity(
         issuer=claims["iss"],
         subject=claims["sub"],
@@ -192,9 +202,13 @@ def _id_token_checks(provider: OpenIDProvider) -> dict[str, dict[str, Any]]:
     }
 
 
-def _unreachable(provider: OpenIDProvider, error: Exception) -> str:
+def _unreachable(provider: OpenIDProvider, error: Exception) -> ServiceUnavailable:
     """Why a provider's answer is missing."""
-    return f"{provider.display_name} did not answer ({type(error).__name__}): try again in a while"
+    return ServiceUnavailable(
+        N_("{provider} did not answer ({error}): try again in a while"),
+        provider=provider.display_name,
+        error=type(error).__name__,
+    )
 
 
 def _account(

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from app.db.base import utcnow
 from app.errors import Conflict, Forbidden, MadError
+from app.i18n import N_
 from app.settings import OpenIDProvider
 from app.users.invitations import claim_invitation
 from app.users.models import OpenIDIdentity, Role, User
@@ -65,10 +66,11 @@ def sign_in_identity(
         user = db_session.get_one(User, linked.user_id)
         if signed_in is not None and signed_in.id != user.id:
             raise Conflict(
-                f"this {provider.display_name} account signs in to another account here: sign out first"
+                N_("this {provider} account signs in to another account here: sign out first"),
+                provider=provider.display_name,
             )
         if not user.is_active:
-            raise Forbidden("this account is deactivated: ask an admin to reactivate it")
+            raise Forbidden(N_("this account is deactivated: ask an admin to reactivate it"))
         linked.email = identity.email
         linked.last_sign_in_at = utcnow()
         db_session.flush()
@@ -82,7 +84,7 @@ def sign_in_identity(
     elif may_join_by_domain(identity, provider):
         user = _new_account(db_session, identity, Role(provider.role))
     else:
-        raise Forbidden(_why_not_admitted(identity, provider))
+        raise _why_not_admitted(identity, provider)
     _link(db_session, user, identity, provider)
     return user
 
@@ -94,14 +96,23 @@ def may_join_by_domain(identity: ProviderIdentity, provider: OpenIDProvider) -> 
     return identity.email.rsplit("@", 1)[1].lower() in provider.allowed_domains
 
 
-def _why_not_admitted(identity: ProviderIdentity, provider: OpenIDProvider) -> str:
+def _why_not_admitted(identity: ProviderIdentity, provider: OpenIDProvider) -> Forbidden:
     """The refusal of a person neither an invitation nor an allowed domain admits, and what to do."""
-    ask = "ask an admin for an invitation link and sign in through it"
     if identity.email is None:
-        return f"{provider.display_name} gave no e-mail address for your account: {ask}"
-    if not identity.email_verified:
-        return f"{provider.display_name} has not verified {identity.email}: {ask}"
-    return f"{identity.email} may not join through {provider.display_name} by itself: {ask}"
+        why = N_(
+            "{provider} gave no e-mail address for your account: ask an admin for an invitation link and "
+            "sign in through it"
+        )
+    elif not identity.email_verified:
+        why = N_(
+            "{provider} has not verified {email}: ask an admin for an invitation link and sign in through it"
+        )
+    else:
+        why = N_(
+            "{email} may not join through {provider} by itself: ask an admin for an invitation link and sign "
+            "in through it"
+        )
+    return Forbidden(why, provider=provider.display_name, email=identity.email)
 
 
 def _link(db_session: Session, user: User, identity: ProviderIdentity, provider: OpenIDProvider) -> None:
@@ -112,7 +123,9 @@ def _link(db_session: Session, user: User, identity: ProviderIdentity, provider:
         )
     )
     if taken is not None:
-        raise Conflict(f"your account is already linked to another {provider.display_name} account")
+        raise Conflict(
+            N_("your account is already linked to another {provider} account"), provider=provider.display_name
+        )
     db_session.add(
         OpenIDIdentity(
             user_id=user.id, issuer=identity.issuer, subject=identity.subject, email=identity.email

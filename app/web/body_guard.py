@@ -1,9 +1,9 @@
 """Bodies before callers: a request's body is refused before it is read when it is too large for its route
 or its caller may not send it, so that an anonymous 1 GB POST costs the server nothing.
 
-- Every route has a body limit: uploads (images, classifiers, translations, prediction shards)
-  MAD_MAX_UPLOAD_BYTES,
-  a competition (its taxonomy file) MAX_COMPETITION_BYTES, any other request MAD_MAX_JSON_BYTES. A declared
+- Every route has a body limit: uploads (images, classifiers, prediction shards) MAD_MAX_UPLOAD_BYTES,
+  a translation file MAD_MAX_TRANSLATION_BYTES (and its form's FORM_OVERHEAD_BYTES), a competition (its
+  taxonomy file) MAX_COMPETITION_BYTES, any other request MAD_MAX_JSON_BYTES. A declared
   Content-Length over it is answered 413 at once; a body without one is counted as it arrives and answered
   413 as soon as it passes the limit (nothing beyond is read).
 - A state-changing request without any credentials (no bearer token, no signed-in session) is answered
@@ -30,9 +30,12 @@ SMALL_BODY_BYTES = 64 * 1024
 MAX_COMPETITION_BYTES = 8 * 1024**2
 """A competition's JSON, with a custom taxonomy of up to 5,000,000 characters."""
 UPLOAD_ROUTES = (
-    re.compile(r"/api/v1/competitions/[^/]+/(images|classifiers|translations)"),
+    re.compile(r"/api/v1/competitions/[^/]+/(images|classifiers)"),
     re.compile(r"/api/v1/jobs/[^/]+/predictions"),
 )
+TRANSLATION_ROUTE = re.compile(r"/api/v1/competitions/[^/]+/translations")
+FORM_OVERHEAD_BYTES = 64 * 1024
+"""Room for a multipart form's boundary and part headers around the file it carries."""
 COMPETITION_ROUTE = "/api/v1/competitions"
 OPEN_FORMS = re.compile(r"/login(/sso/[^/]+)?|/logout|/language|/invitations/[^/]+|/join/[^/]+")
 """State-changing routes anyone may post to (their CSRF token is checked by the route)."""
@@ -45,15 +48,18 @@ large body (an admin or a worker); None when there is none (app.users.auth.may_s
 
 @dataclass(frozen=True)
 class BodyLimits:
-    """The body limits of the settings: uploads and everything else (JSON, forms)."""
+    """The body limits of the settings: uploads, translation files and everything else (JSON, forms)."""
 
     max_upload_bytes: int
     max_json_bytes: int
+    max_translation_bytes: int
 
     def for_path(self, path: str) -> int:
         """The largest body the route at `path` accepts."""
         if any(route.fullmatch(path) for route in UPLOAD_ROUTES):
             return self.max_upload_bytes
+        if TRANSLATION_ROUTE.fullmatch(path):
+            return self.max_translation_bytes + FORM_OVERHEAD_BYTES
         if path == COMPETITION_ROUTE:
             return MAX_COMPETITION_BYTES
         return self.max_json_bytes

@@ -12,8 +12,9 @@ from fastapi.exceptions import WebSocketRequestValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
+from app.errors import MadError
 from app.i18n import N_
-from app.web.templating import render, translate
+from app.web.templating import page_translations, render, translate
 
 Handler = Callable[[Request, Any], Response | Awaitable[Response]]
 SignedInUser = Callable[[Request], Any]
@@ -40,6 +41,13 @@ def wants_html(request: Request) -> bool:
 
 
 NO_PAGE = N_("There is no page at {path}.")
+
+
+def error_in_language(request: Request, error: MadError, user: Any) -> str:
+    """A service's error message in the page's language, where its template (marked with N_) has a
+    translation; else as the service wrote it."""
+    translated = page_translations(request, user).gettext(error.template)
+    return error.message if translated == error.template else translated.format(**error.values)
 
 
 def error_message(request: Request, detail: object, status_code: int, user: Any) -> str:
@@ -77,6 +85,8 @@ def _as_page(json_handler: Handler, signed_in_user: SignedInUser) -> Handler:
         detail = json.loads(bytes(response.body)).get("detail", "")
         status_code = response.status_code
         user = None if status_code == 503 else await run_in_threadpool(signed_in_user, request)
+        if isinstance(error, MadError):
+            detail = error_in_language(request, error, user)
         page = render(
             request,
             "error.html",

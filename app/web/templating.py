@@ -4,6 +4,7 @@
 from pathlib import Path
 from typing import Any
 
+from babel.support import NullTranslations
 from fastapi import Request
 from fastapi.templating import Jinja2Templates
 from jinja2 import pass_context
@@ -82,6 +83,11 @@ def render(request: Request, name: str, status_code: int = 200, **context):
     )
 
 
+def page_translations(request: Request, user: Any = None) -> NullTranslations:
+    """The catalogue of the page's language."""
+    return i18n.translations(page_locale(request, user))
+
+
 def translate(request: Request, message: str, user: Any = None, **values: object) -> str:
     """A message of the Python code (mark it with app.i18n.N_) in the page's language, its {names} filled."""
-    return i18n.translations(page_locale(request, user)).gettext(message).format(**values)
+    return page_translations(request, user).gettext(message).format(**values)

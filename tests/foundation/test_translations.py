@@ -10,7 +10,9 @@ import pytest
 from babel.messages.frontend import CommandLineInterface
 from babel.messages.pofile import read_po
 
-from app.i18n import LOCALE_DIR, SOURCE_LOCALE, locales
+from app.i18n import LOCALE_DIR, SOURCE_LOCALE, in_language, locales, translations
+from app.labelling.quality_control.checks import GOLD_SHORTFALL, gold_shortfall
+from app.leaderboard.standings import PROVISIONAL_RULE, PROVISIONAL_RULE_TEXT
 from app.web.templating import TEMPLATES_DIR, templates
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,13 +30,19 @@ ANNOTATOR_PAGES = (
     "study_label.html",
     "study_done.html",
     "study_refused.html",
+    "leaderboard.html",
+    "gallery.html",
+    "classifier.html",
+    "charts.html",
 )
 """The pages annotators read (the admin pages may stay English)."""
 SHIPPED = ("de", "es")
 VISIBLE_ATTRIBUTES = ("aria-label", "title", "alt", "placeholder", "data-done")
 """Attributes read out or shown (and a button input's value)."""
-UNTRANSLATED = ("MAD Arena",)
-"""Text that is the same in every language: the product's name."""
+UNTRANSLATED = ("MAD Arena", "HodgeRank", "Hodge", "BT", "SRCC", "JSON Lines", "JSON", "CSV", "Parquet")
+"""Text that is the same in every language: the product's name, the names of methods and file formats."""
+NOTATION = ("sub", "sup", "tspan")
+"""Elements holding a symbol's subscript or superscript (λ<sub>max</sub>), not words."""
 WORD = re.compile(r"[^\W\d_]{2,}")
 """Two letters in a row: a word that would need translating (a key such as <kbd>Y</kbd> does not)."""
 MARK = "\x00"
@@ -63,7 +71,8 @@ def skeleton(source: str) -> str:
 
 
 class VisibleText(HTMLParser):
-    """The texts and the read-out attribute values of an HTML skeleton, outside <script> and <style>."""
+    """The texts and the read-out attribute values of an HTML skeleton, outside <script>, <style> and
+    notation (NOTATION)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -71,13 +80,13 @@ class VisibleText(HTMLParser):
         self._hidden = 0
 
     def handle_starttag(self, tag, attrs):
-        if tag in ("script", "style"):
+        if tag in ("script", "style", *NOTATION):
             self._hidden += 1
         shown = (*VISIBLE_ATTRIBUTES, "value") if ("type", "submit") in attrs else VISIBLE_ATTRIBUTES
         self.texts += [value or "" for name, value in attrs if name in shown]
 
     def handle_endtag(self, tag):
-        if tag in ("script", "style"):
+        if tag in ("script", "style", *NOTATION):
             self._hidden -= 1
 
     def handle_data(self, data):
@@ -152,3 +161,18 @@ def test_each_catalogue_translates_every_message_and_nothing_else(extracted, loc
             strict=False,
         ):
             assert sorted(braces.findall(translated)) == sorted(braces.findall(original)), message_id
+
+
+def test_a_message_stored_in_english_is_read_back_in_the_readers_language():
+    reason = gold_shortfall(answered=10, correct=5, threshold=0.7, min_answers=5)
+    assert in_language(reason, (GOLD_SHORTFALL,), translations("de")) == (
+        "5 Ihrer letzten 10 Antworten auf Kontrollfragen mit bekannter Antwort waren richtig (50%); "
+        "dieser Wettbewerb verlangt 70%"
+    )
+    spanish = in_language(PROVISIONAL_RULE, (GOLD_SHORTFALL, PROVISIONAL_RULE_TEXT), translations("es"))
+    assert spanish.startswith("Un clasificador es provisional") and "min(k, 15)" in spanish
+    assert in_language(reason, (GOLD_SHORTFALL,), translations(SOURCE_LOCALE)) == reason
+    other = "an admin paused you by hand"  # made from no template: as it was written
+    assert in_language(other, (GOLD_SHORTFALL,), translations("de")) == other
+    mixed = PROVISIONAL_RULE.replace("once k > 15", "once k > 16")  # a repeated name must repeat its value
+    assert in_language(mixed, (PROVISIONAL_RULE_TEXT,), translations("de")) == mixed

@@ -166,6 +166,23 @@ def test_a_bad_translation_file_is_refused_and_nothing_is_stored(
     assert db_session.scalars(select(ClassTranslation)).all() == []
 
 
+def test_a_translation_file_over_its_own_limit_is_refused_with_413(
+    client, db_session, multilingual, admin_headers, settings
+):
+    rows = b"class_id,locale,name\nclock,de,Uhr\n"
+    settings.max_translation_bytes = len(rows) - 1
+    path = f"/api/v1/competitions/{multilingual.id}/translations"
+    response = client.put(path, files={"file": ("t.csv", rows)}, headers=admin_headers)
+    assert response.status_code == 413, response.text
+    detail = response.json()["detail"]
+    assert detail == f"the translation file is {len(rows)} bytes; at most {len(rows) - 1} are taken" + (
+        " (MAD_MAX_TRANSLATION_BYTES)"
+    )
+    assert db_session.scalars(select(ClassTranslation)).all() == []
+    settings.max_translation_bytes = len(rows)
+    assert client.put(path, files={"file": ("t.csv", rows)}, headers=admin_headers).status_code == 200
+
+
 def test_only_an_admin_imports_translations(client, db_session, multilingual, annotator):
     path = f"/api/v1/competitions/{multilingual.id}/translations"
     rows = b"class_id,locale,name\nclock,de,Uhr\n"
@@ -196,6 +213,10 @@ def test_the_command_imports_yaml_and_says_what_each_language_covers(tmp_path, f
     refused = CliRunner().invoke(cli, ["competitions", "translate", "things", str(bad)], env=env)
     assert refused.exit_code == 1
     assert "row 1: locale 'xx' is not one of the pages' languages" in refused.output
+    small = {**env, "MAD_MAX_TRANSLATION_BYTES": str(file.stat().st_size - 1)}
+    too_large = CliRunner().invoke(cli, ["competitions", "translate", "things", str(file)], env=small)
+    assert too_large.exit_code == 1
+    assert f"the translation file is {file.stat().st_size} bytes; at most" in too_large.output
 
 
 def test_the_pages_follow_accept_language_then_the_switch_then_the_account(client, db_session, annotator):

@@ -89,6 +89,12 @@ def test_quality_careless_annotator_is_paused_before_their_50th_answer_and_told_
     assert re.fullmatch(r"You are paused in this competition: \d+ of your last \d+ answers .*", paused_with)
     refused = client.post(f"{labelling}/next", headers=headers[careless.id])
     assert refused.status_code == 403 and refused.json()["detail"] == paused_with
+    german = client.post(f"{labelling}/next", headers={**headers[careless.id], "Accept-Language": "de"})
+    assert re.fullmatch(  # the stored reason too, in the annotator's language
+        r"Sie sind in diesem Wettbewerb pausiert: \d+ Ihrer letzten \d+ Antworten auf Kontrollfragen .*"
+        r"Ein Admin wird Ihre Antworten prüfen\.",
+        german.json()["detail"],
+    )
     assert answered[careful.id] > answered[careless.id]
     raised = flags(client, competition, admin_headers)
     gold_flags = [flag for flag in raised if flag["kind"] == "gold"]
@@ -99,6 +105,8 @@ def test_quality_careless_annotator_is_paused_before_their_50th_answer_and_told_
     sign_in(client, "careless")
     page = client.get(f"/competitions/{competition.id}/label").text
     assert 'data-paused="You are paused in this competition:' in page
+    spanish = client.get(f"/competitions/{competition.id}/label", headers={"Accept-Language": "es"}).text
+    assert 'data-paused="Estás en pausa en esta competición: ' in spanish and "de tus últimas" in spanish
 
     # resumed: the pause ends and their gold accuracy is measured afresh
     decided = client.post(

@@ -19,6 +19,7 @@ from app.settings import Settings
 
 WAIT_S = 20
 UPLOAD_LIMIT = 1_000_000
+TRANSLATION_LIMIT = 100_000
 
 
 @contextmanager
@@ -47,13 +48,16 @@ def status_of(answer: bytes) -> int:
 
 @pytest.fixture
 def server(world, world_settings):
-    with served(world_settings, max_upload_bytes=UPLOAD_LIMIT) as address:
+    with served(
+        world_settings, max_upload_bytes=UPLOAD_LIMIT, max_translation_bytes=TRANSLATION_LIMIT
+    ) as address:
         yield address
 
 
 def test_unauthenticated_and_oversized_bodies_are_refused_before_they_are_read(server, world):
     images = f"/api/v1/competitions/{world.competition_id}/images"
     answers = f"/api/v1/competitions/{world.competition_id}/labelling/answers"
+    translations = f"/api/v1/competitions/{world.competition_id}/translations"
     upload = {"Content-Type": "multipart/form-data; boundary=x", "Content-Length": "900000"}
     cases = [
         ("anonymous 1 GB JSON", "/api/v1/competitions", {"Content-Length": "1000000000"}, 413),
@@ -68,6 +72,7 @@ def test_unauthenticated_and_oversized_bodies_are_refused_before_they_are_read(s
             413,
         ),
         ("JSON over 1 MiB", answers, {"Content-Length": "2000000", **world.headers("annotator")}, 413),
+        ("translation file over its limit", translations, {**upload, **world.headers("admin")}, 413),
     ]
     for case, path, headers, status in cases:
         answer = head_only(server, "POST", path, {"Content-Type": "application/json", **headers})

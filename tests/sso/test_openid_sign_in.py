@@ -182,6 +182,9 @@ def test_a_replayed_or_misdelivered_answer_signs_nobody_in(client, app, provider
             misdelivered.status_code == 400
             and "already finished, or was started in another" in misdelivered.text
         )
+        german = another_browser.get(callback, headers={**HTML, "Accept-Language": "de"})
+        assert german.status_code == 400 and "<h1>Die Anmeldung hat nicht geklappt</h1>" in german.text
+        assert "Diese Anmeldung wurde bereits abgeschlossen oder in einem anderen Browser" in german.text
         assert me(another_browser) is None
     session_cookie = client.cookies["mad_session"]  # with the sign-in's state, nonce and PKCE verifier
     assert client.get(callback, follow_redirects=False).status_code == 303

@@ -1,6 +1,8 @@
-"""Every page, as a visitor, an annotator and an admin see it, at laptop and phone sizes in headless Chromium:
-axe-core finds no violation, nothing is asked of another host and nothing is missing (no 4xx asset), no
-page scrolls sideways on a phone, and on a touch screen every control is at least 44 × 44 px.
+"""Every page, as a visitor, an annotator and an admin see it, at laptop and phone sizes in headless Chromium
+(and the result pages, leaderboard, gallery and classifier, in German and Spanish on a phone): axe-core finds
+no violation, nothing is asked of another host and nothing is missing (no 4xx asset), no page or table scrolls
+sideways on a phone (wide tables become a card per row there), and on a touch screen every control is at least
+44 × 44 px.
 
 Runs on SQLite only: the pages are the same on both backends, and the suite's browser time is precious."""
 
@@ -8,6 +10,8 @@ import re
 from urllib.parse import urlsplit
 
 import httpx
+import pytest
+from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from app.core.taxonomy_sources import from_text
@@ -51,6 +55,20 @@ for (const e of document.querySelectorAll(controls)) {
 }
 return small;
 """
+
+SIDEWAYS_TABLES = """
+const name = (t) => t.id || (t.caption ? t.caption.textContent : t.rows[0].textContent).trim().slice(0, 60);
+const box = (t) => t.closest('.table-scroll') || t;
+const wide = [...document.querySelectorAll('main table:not(.matrix)')]
+  .filter((t) => !t.closest('#swagger-ui, redoc'))  // vendored widgets
+  .filter((t) => t.offsetParent && box(t).scrollWidth > box(t).clientWidth + 1).map(name);
+const unlabelled = [...document.querySelectorAll('table.rows-on-phone')]
+  .filter((t) => [...t.tBodies].some((b) => [...b.querySelectorAll('td')].some((c) => !c.dataset.label)));
+return [...wide.map((t) => `table ${t} scrolls sideways`),
+        ...unlabelled.map((t) => `table ${name(t)} has a cell without its column's name`)];
+"""
+"""Tables shown on the page that scroll sideways in their box (a matrix keeps its grid), and card tables
+with a cell whose column is not named."""
 
 KEYBOARD_HINTS = "return [...document.querySelectorAll('kbd, .keys')].filter((e) => e.offsetParent).length"
 
@@ -122,6 +140,7 @@ def check_page(driver, site: Site, path: str, status: int, screen: dict) -> list
         if overflow > 0:
             problems.append(f"scrolls sideways by {overflow} px")
         problems += [f"touch target {t}" for t in driver.execute_script(SMALL_TARGETS, MIN_TARGET_PX)]
+        problems += driver.execute_script(SIDEWAYS_TABLES)
         if driver.execute_script(KEYBOARD_HINTS):
             problems.append("shows keyboard hints on a touch screen")
     return problems
@@ -140,6 +159,49 @@ def test_every_page_passes_axe_asks_no_other_host_and_fits_a_phone(site, driver)
             where = f"{path} as {username or 'a visitor'} at {screen['width']} px"
             problems += [f"{where}: {problem}" for problem in check_page(driver, site, path, status, screen)]
     assert not problems, "\n".join(problems)
+
+
+IN_LANGUAGE = {
+    "de": ("Rangliste von ", "Ein Klassifikator ist vorläufig", " gegen ", "Schlechteste Klassen"),
+    "es": ("Clasificación de ", "Un clasificador es provisional", " contra ", "Peores clases"),
+}
+"""Per language: the start of the leaderboard's heading and of its provisional rule, the gallery heading's
+word between the two classifiers, and the classifier page's first section heading."""
+
+
+def choose_language(driver, site: Site, locale: str) -> None:
+    """Choose a language with the switch at the foot of the home page, as a visitor does."""
+    driver.get(site.page("/"))
+    driver.find_element(By.CSS_SELECTOR, f".language-switch button[value={locale}]").click()
+    WebDriverWait(driver, PAGE_TIMEOUT_S).until(
+        lambda d: d.execute_script("return document.documentElement.lang") == locale
+    )
+    network_log(driver)  # the switch's requests are not the pages'
+
+
+@pytest.mark.parametrize("locale", IN_LANGUAGE)
+def test_the_result_pages_in_german_and_spanish_pass_axe_and_fit_a_phone(site, driver, locale):
+    use_screen(driver, PHONE)
+    act_as(driver, site, None)
+    choose_language(driver, site, locale)
+    leaderboard_heading, rule, versus, worst_classes = IN_LANGUAGE[locale]
+    competition = f"/competitions/{site.competition_id}"
+    first, second = sorted(site.classifier_ids[:2])
+    pages = {
+        f"{competition}/leaderboard": ("h1", leaderboard_heading),
+        f"/leaderboards/{site.snapshot_slug}": ("#provisional-rule", rule),
+        f"{competition}/pairs/{first}/{second}": ("h1", versus),
+        f"{competition}/classifiers/{first}": ("#worst-classes", worst_classes),
+    }
+    problems = []
+    for path, (selector, text) in pages.items():
+        problems += [
+            f"{path} in {locale}: {problem}" for problem in check_page(driver, site, path, 200, PHONE)
+        ]
+        assert driver.execute_script("return document.documentElement.lang") == locale, path
+        assert text in driver.find_element(By.CSS_SELECTOR, selector).text, path
+    assert not problems, "\n".join(problems)
+    use_screen(driver, LAPTOP)
 
 
 def login_form(client: httpx.Client, username: str) -> dict[str, str]:

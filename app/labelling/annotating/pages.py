@@ -49,7 +49,7 @@ def render_label_page(
     if not may_label(db_session=db_session, competition=competition, user=annotator):
         raise Forbidden(MEMBERS_ONLY)
     reason = paused_reason(db_session=db_session, competition_id=competition.id, user_id=annotator.id)
-    paused = None if reason is None else paused_message(reason)
+    paused = None if reason is None else paused_message(reason, page_locale(request, annotator))
     return render(
         request,
         template,

@@ -110,7 +110,7 @@ class LabellingRequest:
         if not caller.may_label:
             raise Forbidden(MEMBERS_ONLY)
         if caller.paused is not None and writes:
-            raise Forbidden(quality.paused_message(caller.paused))
+            raise Forbidden(quality.paused_message(caller.paused, caller.labeller.locale))
         return LabellingCall(caller.labeller, caller.competition)
 
 
@@ -211,7 +211,9 @@ async def submit_answers(
             item_done=result.item_done,
             annotators_needed=result.annotators_needed,
             next=leased,
-            paused=None if result.paused is None else quality.paused_message(result.paused),
+            paused=None
+            if result.paused is None
+            else quality.paused_message(result.paused, call.labeller.locale),
         )
 
     stored = await labelling.run(db_session, answer)

@@ -5,6 +5,8 @@ from collections.abc import Sequence
 from statistics import median
 from typing import NamedTuple
 
+from app.i18n import N_
+
 RUN_LENGTH = 25
 """This many answers in a row all the same (all "yes" or all "no") is flagged: the two questions of an image
 are rarely both yes or both no (two classifiers predicted different labels)."""
@@ -28,13 +30,19 @@ class RecentVote(NamedTuple):
     since_fast_flag: bool
 
 
+GOLD_SHORTFALL = N_(
+    "{correct} of your last {answered} answers to check questions with known answers were right ({share}); "
+    "this competition asks for {threshold}"
+)
+"""Why gold paused an annotator, as stored in English (the annotator reads it in their language)."""
+
+
 def gold_shortfall(answered: int, correct: int, threshold: float, min_answers: int) -> str | None:
     """Why the annotator is paused: `correct / answered < threshold` once `answered >= min_answers`."""
     if answered < min_answers or correct >= threshold * answered:
         return None
-    return (
-        f"{correct} of your last {answered} answers to check questions with known answers were right "
-        f"({correct / answered:.0%}); this competition asks for {threshold:.0%}"
+    return GOLD_SHORTFALL.format(
+        correct=correct, answered=answered, share=f"{correct / answered:.0%}", threshold=f"{threshold:.0%}"
     )
 
 

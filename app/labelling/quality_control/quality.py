@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from app.competitions.models import Competition
 from app.db.base import utcnow
 from app.errors import Conflict, NotFound
+from app.i18n import N_, in_language, translations
 from app.labelling.models import QualityDecision, QualityFlag, QualityFlagKind
 from app.labelling.quality_control import checks
 from app.labelling.quality_control.annotators import lock_annotator, set_votes_excluded
@@ -85,9 +86,13 @@ def paused_reason(*, db_session: Session, competition_id: int, user_id: int) -> 
     )
 
 
-def paused_message(reason: str) -> str:
-    """What a paused annotator is told."""
-    return f"You are paused in this competition: {reason}. An admin will review your answers."
+PAUSED = N_("You are paused in this competition: {reason}. An admin will review your answers.")
+
+
+def paused_message(reason: str, locale: str) -> str:
+    """What a paused annotator is told, in their language (the stored reason too, where it is gold's)."""
+    words = translations(locale)
+    return words.gettext(PAUSED).format(reason=in_language(reason, (checks.GOLD_SHORTFALL,), words))
 
 
 @dataclass(frozen=True)
