@@ -14,7 +14,7 @@ from app.competitions.schemas import CompetitionCreate
 from app.competitions.service import create_competition
 from app.db.engine import create_db_engine, create_sessionmaker
 from app.labelling.active_sampling.policy import set_sampling
-from app.labelling.active_sampling.policy_runner import PolicyRunner, ready
+from app.labelling.active_sampling.policy_runner import POLICY_NICENESS, PolicyRunner, ready
 from app.labelling.models import ActivePolicy, LabelItem
 from app.users.models import Role
 from tests.labelling.factories import labelling_competition, users_with_tokens
@@ -53,6 +53,8 @@ def test_the_policy_reruns_in_a_process_of_its_own_started_again_if_it_died(fres
     try:
         pid = runner.start().submit(os.getpid).result(timeout=60)
         assert pid != os.getpid()
+        # Below the server's CPU priority, so that requests go first (os.nice(0) reads the niceness).
+        assert runner.start().submit(os.nice, 0).result(timeout=60) == os.nice(0) + POLICY_NICENESS
         asyncio.run(runner.refresh_if_due(competition_id, ran_dry=True))  # any counted question, as when dry
         assert counted(fresh_database_url, competition_id) == 0
         os.kill(pid, signal.SIGKILL)

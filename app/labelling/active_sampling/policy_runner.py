@@ -4,7 +4,8 @@ beside each server process, never in the server's threads.
 A rerun reads every item of the competition and refits the bootstrap: a tenth to a third of a second of
 CPU, most of it Python holding the GIL. Run in a thread of the server process it made that process's event
 loop and request threads wait for the GIL at every step, so the next and submit p99 of benchmarks/labelling.py
-rose to 2.5× uniform sampling's; in a process of its own it costs the requests only its CPU. The process is
+rose to 2.5× uniform sampling's; in a process of its own it costs the requests only its CPU, and at a lower
+CPU priority (POLICY_NICENESS) only the CPU they leave. The process is
 started at the first answer under active sampling (a server that never samples actively never starts it;
 starting takes a second or two of importing, done before the first rerun is due) with its own engine, made
 once, and reruns one competition at a time; several server processes' reruns of one competition wait for
@@ -14,6 +15,7 @@ each other on the competition's row (app.labelling.active_sampling.policy).
 import asyncio
 import logging
 import multiprocessing
+import os
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -39,6 +41,16 @@ def refresh_if_due_at(url: str, competition_id: int, ran_dry: bool) -> None:
         _sessions[url] = create_sessionmaker(create_db_engine(url, pool_size=1))
     with _sessions[url]() as db_session, db_session.begin():
         policy.refresh_if_due(db_session, competition_id=competition_id, ran_dry=ran_dry)
+
+
+POLICY_NICENESS = 10
+"""How much lower the policy's process runs than the server's (nice): requests take the CPU first, and a
+rerun waits for the gaps between them."""
+
+
+def lower_priority() -> None:
+    """Start of the policy's process: os.nice(POLICY_NICENESS)."""
+    os.nice(POLICY_NICENESS)
 
 
 def ready() -> None:
@@ -74,7 +86,9 @@ class PolicyRunner:
         with self.starting:
             if self.pool is None:
                 self.pool = ProcessPoolExecutor(
-                    max_workers=1, mp_context=multiprocessing.get_context("spawn")
+                    max_workers=1,
+                    mp_context=multiprocessing.get_context("spawn"),
+                    initializer=lower_priority,
                 )
                 self.pool.submit(ready)
             return self.pool
