@@ -228,12 +228,21 @@ class PolicyRunnerInTestTransaction:
 
     def __init__(self, db_session: Session):
         self.steps = StepsInTestTransaction(db_session)
+        self.pending: dict[int, int] = {}
 
     def start(self) -> None:
         """Nothing to start: the policy reruns in the test's thread."""
 
+    def count(self, competition_id: int, decided: int) -> bool:
+        """Every count handed over at once (a batch of one)."""
+        self.pending[competition_id] = self.pending.get(competition_id, 0) + decided
+        return True
+
     async def refresh_if_due(self, competition_id: int, ran_dry: bool) -> None:
-        await self.steps.run(partial(policy.refresh_if_due, competition_id=competition_id, ran_dry=ran_dry))
+        counted = self.pending.pop(competition_id, 0)
+        await self.steps.run(
+            partial(policy.refresh_if_due, competition_id=competition_id, counted=counted, ran_dry=ran_dry)
+        )
 
 
 @pytest.fixture

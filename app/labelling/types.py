@@ -73,8 +73,8 @@ class SubmitResult:
     item_done: bool
     paused: str | None
     annotators_needed: int
-    refresh_due: bool = False
-    """Active sampling: these answers took the decided questions to the policy's next refresh."""
+    decided: int = 0
+    """Regular questions these answers decided (active sampling counts them towards the policy's rerun)."""
 
 
 @dataclass(frozen=True)

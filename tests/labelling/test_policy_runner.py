@@ -14,7 +14,12 @@ from app.competitions.schemas import CompetitionCreate
 from app.competitions.service import create_competition
 from app.db.engine import create_db_engine, create_sessionmaker
 from app.labelling.active_sampling.policy import set_sampling
-from app.labelling.active_sampling.policy_runner import PolicyRunner, ready
+from app.labelling.active_sampling.policy_runner import (
+    BATCHES_PER_INTERVAL,
+    POLICY_NICENESS,
+    PolicyRunner,
+    ready,
+)
 from app.labelling.models import ActivePolicy, LabelItem
 from app.users.models import Role
 from tests.labelling.factories import labelling_competition, users_with_tokens
@@ -53,6 +58,8 @@ def test_the_policy_reruns_in_a_process_of_its_own_started_again_if_it_died(fres
     try:
         pid = runner.start().submit(os.getpid).result(timeout=60)
         assert pid != os.getpid()
+        # Below the server's CPU priority, so that requests go first (os.nice(0) reads the niceness).
+        assert runner.start().submit(os.nice, 0).result(timeout=60) == os.nice(0) + POLICY_NICENESS
         asyncio.run(runner.refresh_if_due(competition_id, ran_dry=True))  # any counted question, as when dry
         assert counted(fresh_database_url, competition_id) == 0
         os.kill(pid, signal.SIGKILL)
@@ -60,6 +67,27 @@ def test_the_policy_reruns_in_a_process_of_its_own_started_again_if_it_died(fres
         assert "terminated abruptly" in runner.failures[competition_id].error
         assert runner.start().submit(ready).result(timeout=60) is None
         assert runner.start().submit(os.getpid).result(timeout=60) not in (pid, os.getpid())
+    finally:
+        runner.close()
+
+
+def test_a_server_process_hands_its_decided_questions_over_in_batches(fresh_database_url):
+    competition_id = active_competition(fresh_database_url)  # 5 counted, refresh_interval 20
+    runner = PolicyRunner(fresh_database_url)
+    try:
+        assert runner.count(competition_id, 1)  # before the first rerun asked: handed over at once
+        asyncio.run(runner.refresh_if_due(competition_id, ran_dry=False))
+        assert counted(fresh_database_url, competition_id) == 6  # counted there, not yet due
+        assert runner.batch[competition_id] == 20 // BATCHES_PER_INTERVAL
+        assert not runner.count(competition_id, 1)  # below the batch: kept in this process
+        assert counted(fresh_database_url, competition_id) == 6
+        assert runner.count(competition_id, 1)
+        os.kill(runner.start().submit(os.getpid).result(timeout=60), signal.SIGKILL)
+        asyncio.run(runner.refresh_if_due(competition_id, ran_dry=False))  # fails: the count stays here
+        assert runner.pending[competition_id] == 2
+        assert runner.count(competition_id, 12)
+        asyncio.run(runner.refresh_if_due(competition_id, ran_dry=False))  # 6 + 14 = 20: the policy reruns
+        assert counted(fresh_database_url, competition_id) == 0 and competition_id not in runner.pending
     finally:
         runner.close()
 
@@ -116,7 +144,8 @@ def test_a_failed_rerun_shows_on_the_admin_page_and_in_the_metrics_while_labelli
             assert failures_counted(http, competition_id) == counted_before + 1
             with server.sessions() as db_session:
                 assert priorities(db_session, competition_id) == before  # the last good rerun's
-            assert counted(fresh_database_url, competition_id) > 100  # still due
+            assert counted(fresh_database_url, competition_id) == 100  # still due, and the failed
+            assert server.app.state.policy_runner.pending[competition_id] > 0  # rerun's count kept
 
             assert answer_one_item(http, competition_id, annotator)["status"] in ("item", "finished")
             wait_for(lambda: counted(fresh_database_url, competition_id) == 0, "a rerun in a new process")

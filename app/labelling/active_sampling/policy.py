@@ -1,15 +1,17 @@
 """Active sampling in the service (issue 24; docs/architecture.md, The labelling queue): when the policy of
 app.core.active reruns, what it writes for the queue, and what settling cost.
 
-Every answer that decides questions adds them to the competition's count (count_decisions, one upsert); once
-refresh_interval are decided (20, or a hundredth of the questions when that is more), the policy reruns after
-the response in a process of its own (refresh_if_due, from app.labelling.active_sampling.policy_runner): on
+Each server process counts the questions its answers decide and hands them to the policy's process in
+batches (app.labelling.active_sampling.policy_runner), which adds them to the competition's count
+(count_decisions, one upsert per batch: an upsert per answer made every deciding submit wait for the row
+through the commits of the others); once refresh_interval are decided (20, or a hundredth of the questions
+when that is more), the policy reruns there (refresh_if_due): on
 the pairs' labelled outcomes and open images it gives each label item the priority_levels of the sum of its
 open pairs' priorities (a step of √2; 0 parks the item), the annotators' reliability (which may let fewer
 agreeing votes decide a question) and whether the ranking is settled (the queue then offers nothing more).
 Uniform competitions never reach any of this. Locks: the competition's row, then its items in id order
-(redecide_open; the priorities' writes pass over locked items), then its policy row (a submit holds an item,
-then the policy row), so that none waits in a cycle.
+(redecide_open; the priorities' writes pass over locked items), then its policy row, so that none waits in a
+cycle.
 """
 
 from dataclasses import dataclass
@@ -22,6 +24,7 @@ from app.classifiers.enums import ClassifierStatus
 from app.classifiers.service import list_classifiers
 from app.competitions.models import Competition, Sampling
 from app.core.active import (
+    DEFAULT_REFRESH_EVERY,
     PolicyDecision,
     active_policy,
     image_priorities,
@@ -46,24 +49,21 @@ FULL_DESIGN = (
 """How the full design's votes are estimated (shown beside them)."""
 
 
-def count_decisions(db_session: Session, competition: LabellingSettings, decided: int) -> bool:
-    """Add questions just decided to the competition's count since the last refresh (one upsert, holding
-    the policy row until commit); whether the count has reached refresh_interval (the policy row keeps the
-    full design's votes, a strict majority per question, from which the questions are counted)."""
+def count_decisions(db_session: Session, competition_id: int, decided: int) -> None:
+    """Add questions decided to the competition's count since the last refresh (one upsert)."""
     insert = conflict_insert(db_session, ActivePolicy).values(
-        competition_id=competition.id,
+        competition_id=competition_id,
         decided_since_refresh=decided,
         informative_pairs=[],
         votes_used=0,
         full_design_votes=0,
     )
-    row = db_session.execute(
+    db_session.execute(
         insert.on_conflict_do_update(
             index_elements=[ActivePolicy.competition_id],
             set_={"decided_since_refresh": ActivePolicy.decided_since_refresh + decided},
-        ).returning(ActivePolicy.decided_since_refresh, ActivePolicy.full_design_votes)
-    ).one_or_none()
-    return row is not None and row[0] >= _interval(row[1], competition.panel_size)
+        )
+    )
 
 
 def _interval(full_design_votes: int, panel_size: int) -> int:
@@ -71,11 +71,16 @@ def _interval(full_design_votes: int, panel_size: int) -> int:
     return refresh_interval(full_design_votes // rules.majority(panel_size))
 
 
-def refresh_if_due(db_session: Session, *, competition_id: int, ran_dry: bool = False) -> None:
-    """Rerun the policy if the competition still samples actively and refresh_interval questions (any, when
-    an annotator's queue ran dry) were decided since the last run (another request's may have run
-    meanwhile)."""
+def refresh_if_due(
+    db_session: Session, *, competition_id: int, counted: int = 0, ran_dry: bool = False
+) -> int:
+    """Add `counted` questions decided (count_decisions), then rerun the policy if the competition still
+    samples actively and refresh_interval questions (any, when an annotator's queue ran dry) were decided
+    since the last run (another process's may have run meanwhile); the competition's refresh_interval, by
+    which the server processes batch their counts (DEFAULT_REFRESH_EVERY while it has no policy row)."""
     _lock_policy(db_session, competition_id)
+    if counted:
+        count_decisions(db_session, competition_id, counted)
     row = db_session.execute(
         select(ActivePolicy.decided_since_refresh, ActivePolicy.full_design_votes).where(
             ActivePolicy.competition_id == competition_id
@@ -83,12 +88,12 @@ def refresh_if_due(db_session: Session, *, competition_id: int, ran_dry: bool = 
     ).one_or_none()
     competition = db_session.get(Competition, competition_id, populate_existing=True)
     if row is None or competition is None:
-        return
+        return DEFAULT_REFRESH_EVERY
     decided, full_design_votes = row
-    if decided < (1 if ran_dry else _interval(full_design_votes, competition.panel_size)):
-        return
-    if competition is not None and competition.sampling == Sampling.active:
+    interval = _interval(full_design_votes, competition.panel_size)
+    if decided >= (1 if ran_dry else interval) and competition.sampling == Sampling.active:
         refresh(db_session, competition, counted=decided)
+    return interval
 
 
 def _lock_policy(db_session: Session, competition_id: int, skip_locked: bool = False) -> bool:

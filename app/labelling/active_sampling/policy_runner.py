@@ -4,7 +4,8 @@ beside each server process, never in the server's threads.
 A rerun reads every item of the competition and refits the bootstrap: a tenth to a third of a second of
 CPU, most of it Python holding the GIL. Run in a thread of the server process it made that process's event
 loop and request threads wait for the GIL at every step, so the next and submit p99 of benchmarks/labelling.py
-rose to 2.5× uniform sampling's; in a process of its own it costs the requests only its CPU. The process is
+rose to 2.5× uniform sampling's; in a process of its own it costs the requests only its CPU, and at a lower
+CPU priority (POLICY_NICENESS) only the CPU they leave. The process is
 started at the first answer under active sampling (a server that never samples actively never starts it;
 starting takes a second or two of importing, done before the first rerun is due) with its own engine, made
 once, and reruns one competition at a time; several server processes' reruns of one competition wait for
@@ -14,6 +15,7 @@ each other on the competition's row (app.labelling.active_sampling.policy).
 import asyncio
 import logging
 import multiprocessing
+import os
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -32,13 +34,28 @@ logger = logging.getLogger(__name__)
 _sessions: dict[str, sessionmaker[Session]] = {}
 
 
-def refresh_if_due_at(url: str, competition_id: int, ran_dry: bool) -> None:
+def refresh_if_due_at(url: str, competition_id: int, counted: int, ran_dry: bool) -> int:
     """policy.refresh_if_due in a transaction of its own on the database at `url` (this process's sessions
-    of it, made at the first call)."""
+    of it, made at the first call); the competition's refresh_interval."""
     if url not in _sessions:
         _sessions[url] = create_sessionmaker(create_db_engine(url, pool_size=1))
     with _sessions[url]() as db_session, db_session.begin():
-        policy.refresh_if_due(db_session, competition_id=competition_id, ran_dry=ran_dry)
+        return policy.refresh_if_due(
+            db_session, competition_id=competition_id, counted=counted, ran_dry=ran_dry
+        )
+
+
+BATCHES_PER_INTERVAL = 10
+"""A server process hands its count of decided questions to the policy's process once it reaches a tenth of
+the competition's refresh_interval (learnt from the last rerun; at once before the first)."""
+POLICY_NICENESS = 10
+"""How much lower the policy's process runs than the server's (nice): requests take the CPU first, and a
+rerun waits for the gaps between them."""
+
+
+def lower_priority() -> None:
+    """Start of the policy's process: os.nice(POLICY_NICENESS)."""
+    os.nice(POLICY_NICENESS)
 
 
 def ready() -> None:
@@ -54,11 +71,10 @@ class RerunFailure:
 
 
 class PolicyRunner:
-    """Reruns the policy in a process of its own (module docstring), started by `start`. A
-    competition's rerun asked for while one of it waits or runs is dropped: every answer that decides a
-    question once refresh_interval are counted asks for one, and all but the first would only queue to
-    find the count taken off (the one that runs answers for every question counted when it starts; those
-    decided during it bring the next)."""
+    """Reruns the policy in a process of its own (module docstring), started by `start`, and counts the
+    questions this server process's answers decide (`count`), handing them over in batches. A
+    competition's rerun asked for while one of it waits or runs is dropped (its count stays here for the
+    next): all but the first would only queue to find the count taken off."""
 
     def __init__(self, url: str):
         self.url = url
@@ -67,6 +83,29 @@ class PolicyRunner:
         self.asked: set[int] = set()
         self.failures: dict[int, RerunFailure] = {}
         """Each competition whose last rerun in this server process failed, with why."""
+        self.counting = threading.Lock()
+        self.pending: dict[int, int] = {}
+        """Questions decided here and not yet handed to the policy's process, by competition."""
+        self.batch: dict[int, int] = {}
+        """refresh_interval / BATCHES_PER_INTERVAL of each competition, from its last rerun asked here."""
+
+    def count(self, competition_id: int, decided: int) -> bool:
+        """Add questions just decided in the competition (requests' threads call it); whether this process's
+        count has reached its batch, so that refresh_if_due should hand it over."""
+        with self.counting:
+            pending = self.pending.get(competition_id, 0) + decided
+            self.pending[competition_id] = pending
+            return pending >= self.batch.get(competition_id, 1)
+
+    def _take(self, competition_id: int) -> int:
+        """This process's count of the competition, taken off."""
+        with self.counting:
+            return self.pending.pop(competition_id, 0)
+
+    def _give_back(self, competition_id: int, counted: int) -> None:
+        """A count the policy's process did not take (its rerun failed), kept for the next."""
+        with self.counting:
+            self.pending[competition_id] = self.pending.get(competition_id, 0) + counted
 
     def start(self) -> ProcessPoolExecutor:
         """The policy's process, started (importing in the background) if it was not; requests' threads call
@@ -74,13 +113,16 @@ class PolicyRunner:
         with self.starting:
             if self.pool is None:
                 self.pool = ProcessPoolExecutor(
-                    max_workers=1, mp_context=multiprocessing.get_context("spawn")
+                    max_workers=1,
+                    mp_context=multiprocessing.get_context("spawn"),
+                    initializer=lower_priority,
                 )
                 self.pool.submit(ready)
             return self.pool
 
     async def refresh_if_due(self, competition_id: int, ran_dry: bool) -> None:
-        """policy.refresh_if_due on the competition in the policy's process, unless one is asked already.
+        """policy.refresh_if_due on the competition in the policy's process, with the questions counted here,
+        unless one is asked already.
 
         A rerun that fails is logged with its traceback, counted (POLICY_RERUN_FAILURES) and kept in
         `failures` for the competition's admin page until a rerun succeeds; labelling goes on with the
@@ -90,14 +132,19 @@ class PolicyRunner:
         if competition_id in self.asked:
             return
         self.asked.add(competition_id)
+        counted = self._take(competition_id)
         try:
             loop = asyncio.get_running_loop()
-            await loop.run_in_executor(self.start(), refresh_if_due_at, self.url, competition_id, ran_dry)
+            interval = await loop.run_in_executor(
+                self.start(), refresh_if_due_at, self.url, competition_id, counted, ran_dry
+            )
         except Exception as error:
             if isinstance(error, BrokenProcessPool):
                 self.pool = None  # the process died (killed, out of memory): the next rerun starts another
+            self._give_back(competition_id, counted)
             self._failed(competition_id, error)
         else:
+            self.batch[competition_id] = max(1, interval // BATCHES_PER_INTERVAL)
             self.failures.pop(competition_id, None)
         finally:
             self.asked.discard(competition_id)

@@ -20,7 +20,6 @@ from app.db.base import utcnow
 from app.db.statements import pipelined
 from app.errors import Conflict, InvalidInput, NotFound
 from app.labelling import rules
-from app.labelling.active_sampling.policy import count_decisions
 from app.labelling.items import lock_item, set_assignment
 from app.labelling.models import Assignment, AssignmentStatus, DifficultyFlag, FlagReason, LabelItem
 from app.labelling.quality_control.quality import check_answers, recent_votes
@@ -148,10 +147,7 @@ def submit_answers(
     recent = window() if window else []
     paused = check_answers(db_session, competition, user, now, recent, bool(gold_answers)) if recent else None
     decided = sum(question.outcome is not None for question in counted)
-    refresh_due = (
-        actively_sampled(competition) and decided > 0 and count_decisions(db_session, competition, decided)
-    )
-    return SubmitResult(len(new_votes), already_decided, item_done, paused, annotators_needed, refresh_due)
+    return SubmitResult(len(new_votes), already_decided, item_done, paused, annotators_needed, decided)
 
 
 def timed_seconds(claimed: Sequence[float | None], elapsed: float) -> list[float]:

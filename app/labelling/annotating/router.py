@@ -198,12 +198,15 @@ async def submit_answers(
             answers=[Answer(a.question_id, a.answer, a.seconds) for a in body.answers],
         )
         leased = None
-        if body.next and result.paused is None:  # this transaction may hold the policy row: no rerun here
+        if body.next and result.paused is None:  # the policy reruns after the response, not here
             leased = _lease_next(db_session, call, rerun_policy=False)
-        ran_dry = leased is not None and leased.status == "finished" and actively_sampled(call.competition)
-        if actively_sampled(call.competition):
+        active = actively_sampled(call.competition)
+        ran_dry = active and leased is not None and leased.status == "finished"
+        if active:
             policy_runner.start()
-        if result.refresh_due or ran_dry:
+        if (
+            active and result.decided and policy_runner.count(call.competition.id, result.decided)
+        ) or ran_dry:
             background.add_task(policy_runner.refresh_if_due, call.competition.id, ran_dry)
         return AnswersRead(
             recorded=result.recorded,
