@@ -115,7 +115,7 @@ def test_quantiles_ignore_unpredicted_and_excluded_images():
         own_quantiles(labels, probs, [1.5], None)
 
 
-@pytest.mark.parametrize("rule", list(ThresholdRule))
+@pytest.mark.parametrize("rule", [ThresholdRule.absolute, ThresholdRule.quantile])
 @pytest.mark.parametrize("seed", range(4))
 def test_diagnosis_counts_equal_a_row_by_row_count(rule, seed, distance):
     rng = np.random.default_rng(seed)
