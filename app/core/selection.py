@@ -12,11 +12,11 @@ pass in that order accepts an image while fewer than `max_per_label` accepted im
 The first k accepted images are the selection; the pass goes on for `reserve_size` more, the ordered
 reserve that replaces discarded images, so the per-label cap holds over selection and reserve together.
 
-`fill` takes the candidates of `absolute` first, in the same order (so where they are enough it selects exactly
-what `absolute` selects), then every other disagreement of the pair in the same order (distance descending,
-then the higher min(p_i, p_j), then the lower ordinal), the greedy pass and its cap running on over both: a
-pair with at least k disagreements gets k images (the cap permitting), and `PairSelection.passed` marks which
-passed T.
+`fill` takes the candidates of `absolute` first, in the same order (so where they are enough it selects
+exactly what `absolute` selects), then every other disagreement of the pair in the same order (distance
+descending, then the higher min(p_i, p_j), then the lower ordinal), the greedy pass and its cap running on
+over both: a pair with at least k disagreements gets k images (the cap permitting), and
+`PairSelection.passed` marks which passed T.
 
 A pair's diagnosis (`diagnose_pair`) says how its selection went: its disagreements, how many pass the
 threshold, and how many would pass others (`app/core/shortfall.py` says it in words).

@@ -240,6 +240,7 @@ def complete_select(
         probs_i=np.asarray(body.probs_a),
         probs_j=np.asarray(body.probs_b),
         n_selected=body.n_selected,
+        passed=~np.asarray(body.below_threshold or [False] * len(body.ordinals), dtype=bool),
     )
     job = service.complete_select(
         db_session=db_session,

@@ -404,6 +404,7 @@ def complete_select(
         classifier_b_id=job.classifier_b_id,
         entries=entries,
         diagnosis=diagnosis.as_dict(),
+        below_threshold=(~selection.passed).tolist(),
     )
     mark_done(db_session=db_session, job=job)
     return job
