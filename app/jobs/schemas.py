@@ -244,6 +244,11 @@ class PairSelectionRead(BaseModel):
     selected: int = Field(description="Images selected for labelling (at most k).")
     k: int
     reserve: int = Field(description="Images in reserve, to replace discarded ones.")
+    below_threshold: int = Field(
+        default=0,
+        description="Of the images being labelled, those a `fill` selection took below T (0 under the "
+        "absolute and quantile rules).",
+    )
     diagnosis: SelectionDiagnosis | None = Field(
         description="The threshold diagnosis; null for pairs selected before it was kept."
     )

@@ -96,7 +96,10 @@ def set_up(service, admin_client, tmp_path, rule: ThresholdRule) -> int:
 @pytest.fixture
 def worked(live_service, admin_client, tmp_path) -> dict[ThresholdRule, int]:
     """Both competitions' pairs selected by one worker: their ids by threshold rule."""
-    ids = {rule: set_up(live_service, admin_client, tmp_path, rule) for rule in ThresholdRule}
+    ids = {
+        rule: set_up(live_service, admin_client, tmp_path, rule)
+        for rule in (ThresholdRule.absolute, ThresholdRule.quantile)
+    }
     options = WorkerOptions(device="cpu", loader_workers=0, cache_dir=tmp_path / "worker-cache")
     finished = run_worker(
         url=live_service.url,
