@@ -126,6 +126,11 @@ def test_a_changed_rule_fills_every_pair_from_the_stored_predictions_and_a_small
     }
     assert all(count >= K for count in disagreements.values()), disagreements
     predicted = predict_attempts(live_service, competition_id)
+    narrow = CliRunner().invoke(
+        cli, ["jobs", "-c", "unsure"], env={**cli_env(live_settings), "COLUMNS": "80"}
+    )
+    assert narrow.exit_code == 0, narrow.output
+    assert "…" not in narrow.output and max(map(len, narrow.output.splitlines())) <= 80
 
     path = f"/api/v1/competitions/{competition_id}"
     changed = admin_client.patch(path, json={"threshold_rule": "fill"})
