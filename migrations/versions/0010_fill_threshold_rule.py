@@ -29,6 +29,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    """Drop the mark; a competition under `fill` goes back to the paper's rule, which the schema before knew."""
+    """Drop the mark; a competition under `fill` goes back to the paper's rule, which 0009 knows."""
     op.execute("UPDATE competitions SET threshold_rule = 'absolute' WHERE threshold_rule = 'fill'")
     op.drop_column("pair_images", "below_threshold")
