@@ -142,7 +142,8 @@ def select_again(
             f"{name} already selects with these settings: give a --k, --threshold, --threshold-rule or "
             "--max-per-label that differs"
         )
-    console.print(f"This change keeps {preview.votes_kept} votes and drops {preview.votes_dropped}.")
+    said = reselection.dropped_text(preview)
+    console.print(f"{said[0].upper()}{said[1:]}; it queues {preview.select_jobs} select jobs.")
     if preview.votes_dropped and not yes:
         typer.confirm(f"Drop {preview.votes_dropped} votes?", abort=True)
     with database_session(settings) as session:

@@ -153,7 +153,14 @@ class ReselectionRead(BaseModel):
     applied: bool = Field(description="Whether the change was made (false on a dry run).")
     votes_kept: int = Field(description="Votes on questions the new selection still asks.")
     votes_dropped: int = Field(description="Votes on questions of images no longer selected.")
-    select_jobs: int = Field(description="Select jobs queued to select the pairs again (0 on a dry run).")
+    study_votes_dropped: int = Field(
+        default=0,
+        description="Of the dropped votes, those that count as crowd-study participants' work: their images "
+        "answered, active time and bonuses are counted from their votes, so they would drop too.",
+    )
+    select_jobs: int = Field(
+        description="Select jobs queued to select the pairs again (on a dry run: that it would queue)."
+    )
 
 
 class CompetitionRead(BaseModel):

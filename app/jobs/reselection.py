@@ -3,6 +3,7 @@ selected again by select jobs from the stored predictions, no inference, and eve
 selection still asks is kept (docs/architecture.md, Selection)."""
 
 from itertools import combinations
+from math import comb
 
 import numpy as np
 from sqlalchemy import delete, func, select
@@ -12,7 +13,7 @@ from app.classifiers.enums import ClassifierStatus
 from app.classifiers.models import Classifier
 from app.classifiers.service import read_predictions
 from app.competitions import service as competitions
-from app.competitions.models import Competition
+from app.competitions.models import Competition, Sampling
 from app.competitions.schemas import SELECTION_FIELDS, CompetitionUpdate, ReselectionRead
 from app.competitions.service import competition_taxonomy, lock_competition
 from app.core.selection import select_all_pairs
@@ -22,8 +23,10 @@ from app.images.service import competition_image_count
 from app.jobs.enums import JobKind, JobStatus
 from app.jobs.models import Job
 from app.jobs.service import enqueue_selections
+from app.labelling.active_sampling import policy
 from app.labelling.models import LabelItem, PairImage, PairSubset, Question, Vote
 from app.settings import Settings
+from app.studies.progress import participant_votes_by_question
 
 Asked = set[tuple[int, int]]
 """Questions as (image id, class index)."""
@@ -76,12 +79,20 @@ def change_selection(
     asked = _asked_after(db_session, settings, competition, change) if votes else set()
     kept = sum(count for question, count in votes.items() if question in asked)
     dropped = sum(votes.values()) - kept
+    studies = participant_votes_by_question(db_session, competition.id) if dropped else {}
+    found = ReselectionRead(
+        applied=False,
+        votes_kept=kept,
+        votes_dropped=dropped,
+        study_votes_dropped=sum(count for question, count in studies.items() if question not in asked),
+        select_jobs=_pairs_of_ready(db_session, competition),
+    )
     if dry_run:
-        return ReselectionRead(applied=False, votes_kept=kept, votes_dropped=dropped, select_jobs=0)
+        return found
     if dropped and not confirm:
         raise Conflict(
-            f"this change keeps {kept} votes and drops {dropped} (on images it no longer selects): send "
-            "confirm to make it, or dry_run to see this without changing anything"
+            f"{dropped_text(found)}: send confirm to make it, or dry_run to see this without changing "
+            "anything"
         )
     _clear_selection(db_session, competition, asked)
     for name, value in change.items():
@@ -90,7 +101,45 @@ def change_selection(
     jobs = enqueue_selections(
         db_session=db_session, competition_id=competition.id, max_attempts=settings.job_max_attempts
     )
-    return ReselectionRead(applied=True, votes_kept=kept, votes_dropped=dropped, select_jobs=len(jobs))
+    if competition.sampling == Sampling.active:
+        _unsettle(db_session, competition, bool(jobs))
+    return found.model_copy(update={"applied": True, "select_jobs": len(jobs)})
+
+
+def dropped_text(found: ReselectionRead) -> str:
+    """What a change keeps and drops, in words: the votes, and those of study participants among them."""
+    text = (
+        f"this change keeps {found.votes_kept} votes and drops {found.votes_dropped} (on images it no "
+        "longer selects)"
+    )
+    if found.study_votes_dropped:
+        text += (
+            f"; {found.study_votes_dropped} of the dropped votes are crowd-study participants' work, and "
+            "their images answered, active time and bonuses are counted from their votes, so they would "
+            "drop too"
+        )
+    return text
+
+
+def _pairs_of_ready(db_session: Session, competition: Competition) -> int:
+    """The pairs of the competition's ready classifiers: the select jobs a change queues."""
+    ready = db_session.scalar(
+        select(func.count()).where(
+            Classifier.competition_id == competition.id, Classifier.status == ClassifierStatus.ready
+        )
+    )
+    return comb(int(ready or 0), 2)
+
+
+def _unsettle(db_session: Session, competition: Competition, selecting: bool) -> None:
+    """Under active sampling, the policy's state of the old selection is stale: the competition is no longer
+    settled while its pairs are selected again (the last select job reruns the policy,
+    app/jobs/service.py complete_select), or the policy reruns now when no select job was queued."""
+    if selecting:
+        competition.settled = False
+        db_session.flush()
+    else:
+        policy.refresh(db_session, competition)
 
 
 def _votes_by_question(db_session: Session, competition: Competition) -> dict[tuple[int, int], int]:

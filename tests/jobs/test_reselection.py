@@ -140,6 +140,7 @@ def test_a_changed_rule_fills_every_pair_from_the_stored_predictions_and_a_small
         "applied": True,
         "votes_kept": 0,
         "votes_dropped": 0,
+        "study_votes_dropped": 0,
         "select_jobs": 3,
     }
     assert work(live_service, tmp_path) == 3  # the select jobs only
@@ -167,7 +168,8 @@ def test_a_changed_rule_fills_every_pair_from_the_stored_predictions_and_a_small
         "applied": False,
         "votes_kept": kept,
         "votes_dropped": total - kept,
-        "select_jobs": 0,
+        "study_votes_dropped": 0,
+        "select_jobs": 3,
     }
     refused = admin_client.patch(path, json={"k": 2})
     assert refused.status_code == 409
@@ -177,7 +179,7 @@ def test_a_changed_rule_fills_every_pair_from_the_stored_predictions_and_a_small
     env = {**cli_env(live_settings), "COLUMNS": "200"}
     declined = CliRunner().invoke(cli, ["competitions", "select", "unsure", "--k", "2"], input="n\n", env=env)
     assert declined.exit_code != 0
-    assert f"This change keeps {kept} votes and drops {total - kept}." in declined.output
+    assert f"This change keeps {kept} votes and drops {total - kept} (on images" in declined.output
     assert admin_client.get(path).json()["k"] == K
     with live_service.session() as session:
         assert session.scalar(select(func.count()).select_from(Vote)) == total
@@ -196,5 +198,6 @@ def test_a_changed_rule_fills_every_pair_from_the_stored_predictions_and_a_small
         "applied": True,
         "votes_kept": kept,
         "votes_dropped": 0,
+        "study_votes_dropped": 0,
         "select_jobs": 3,
     }
