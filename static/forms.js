@@ -101,8 +101,47 @@ function uploadResult(payload) {
 function successResult(form, payload) {
   if (Array.isArray(payload.added)) return uploadResult(payload);
   const copy = form.dataset.copy ? { value: String(payload[form.dataset.copy]), label: form.dataset.copyLabel } : null;
-  return { text: fill(form.dataset.done || word("saved"), payload), items: [], kind: "done", copy };
+  const values = form.hasAttribute("data-preview") ? { ...payload, ...payload.reselection } : payload;
+  return { text: fill(form.dataset.done || word("saved"), values), items: [], kind: "done", copy };
 }
+
+// A form marked data-preview (a change of the selection settings, which may drop votes) is sent twice: first
+// as a dry run, whose answer's `reselection` fills data-preview (and data-preview-study when study
+// participants' votes would drop), then, pressed again, with confirm. Editing a field goes back to the first.
+const PREVIEWED = "previewed";
+
+function previewStep(form) {
+  if (!form.hasAttribute("data-preview")) return {};
+  return form.dataset.step === PREVIEWED ? { confirm: true } : { dry_run: true };
+}
+
+function armPreview(form, armed) {
+  form.dataset.step = armed ? PREVIEWED : "";
+  const button = form.querySelector("button[type=submit]");
+  button.textContent = armed ? button.dataset.confirmLabel : button.dataset.previewLabel;
+  return button;
+}
+
+function previewResult(form, payload) {
+  const found = payload.reselection;
+  if (!found) return { text: form.dataset.previewUnchanged, items: [], kind: "done" };
+  const items = found.study_votes_dropped ? [fill(form.dataset.previewStudy, found)] : [];
+  return { text: fill(form.dataset.preview, found), items, kind: found.votes_dropped ? "warning" : "done" };
+}
+
+// The dry run's answer shown, and the button, now applying, given the focus (a press of Enter or Space applies).
+function showPreview(form, status, payload) {
+  showResult(status, previewResult(form, payload));
+  if (!payload.reselection) return;
+  const button = armPreview(form, true);
+  button.disabled = false;
+  button.focus();
+}
+
+document.addEventListener("input", (event) => {
+  const form = event.target.closest("form[data-preview]");
+  if (form && form.dataset.step === PREVIEWED) armPreview(form, false);
+});
 
 // Copy a value to the clipboard: the Clipboard API where the page may use it, else the selected text.
 async function copyText(element) {
@@ -220,7 +259,7 @@ async function submitToApi(form) {
   let body;
   if (form.dataset.api === "json") {
     headers["Content-Type"] = "application/json";
-    body = JSON.stringify(jsonBody(form, used));
+    body = JSON.stringify({ ...jsonBody(form, used), ...previewStep(form) });
   } else {
     body = multipartBody(form, used);
   }
@@ -235,6 +274,10 @@ async function submitToApi(form) {
       const result = errorResult(form, response, payload);
       markFields(form, status, result.fields);
       showResult(status, result);
+      return;
+    }
+    if (previewStep(form).dry_run) {
+      showPreview(form, status, payload);
       return;
     }
     const result = successResult(form, payload);
@@ -325,9 +368,11 @@ async function refreshProgress(section) {
     document.createElement("tr"),
     [c.name, c.status, `${c.images_predicted} / ${c.images_total}`, `${c.pairs_empty} of ${c.pairs_selected}`, c.error || ""],
   )));
+  const fillRule = section.querySelector("#pair-selections").hasAttribute("data-fill");
+  const belowT = (p) => (p.below_threshold || fillRule ? `, ${p.below_threshold} below T` : "");
   section.querySelector("#pair-rows").replaceChildren(...progress.pairs.map((p) => cells(
     document.createElement("tr"),
-    [`${p.classifier_a} vs ${p.classifier_b}`, `${p.selected} of ${p.k}`, p.diagnosis ? String(p.diagnosis.disagreements) : "—",
+    [`${p.classifier_a} vs ${p.classifier_b}`, `${p.selected} of ${p.k}${belowT(p)}`, p.diagnosis ? String(p.diagnosis.disagreements) : "—",
       p.diagnosis ? String(p.diagnosis.confident) : "—", survivorsText(p.diagnosis), p.shortfall || ""],
   )));
   // By MAD rank, those without one (null) last, as the page first draws them.

@@ -120,6 +120,7 @@ class ServiceClient:
             labels_b=selection.labels_j.tolist(),
             probs_a=selection.probs_i.tolist(),
             probs_b=selection.probs_j.tolist(),
+            below_threshold=(~selection.passed).tolist(),
         )
         self._post(f"/api/v1/jobs/{job_id}/selection", json=body.model_dump())
 

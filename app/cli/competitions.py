@@ -1,4 +1,5 @@
-"""`mad competitions`: create a competition, list them, and import class names in other languages."""
+"""`mad competitions`: create a competition, list them, change their selection settings, and import class
+names in other languages."""
 
 from pathlib import Path
 
@@ -9,7 +10,8 @@ from app.cli.common import console, database_session, fail, load_settings
 from app.core.threshold_rule import ThresholdRule
 
 competitions_app = typer.Typer(
-    help="Create and list MAD competitions, and import their class names in other languages.",
+    help="Create and list MAD competitions, change their selection settings, and import their class names in "
+    "other languages.",
     no_args_is_help=True,
 )
 
@@ -55,7 +57,8 @@ def create(
     threshold_rule: ThresholdRule = typer.Option(
         ThresholdRule.absolute,
         help="absolute: p ≥ T (the paper); quantile: p ≥ the T-quantile of each classifier's own top-1 "
-        "probabilities, for classifiers whose confidence stays low (label smoothing, mixup).",
+        "probabilities, for classifiers whose confidence stays low (label smoothing, mixup); fill: the "
+        "images passing p ≥ T first, then the pair's other disagreements until k, each marked as below T.",
     ),
     max_per_label: int = typer.Option(
         3, help="At most this many selected images per predicted label (paper: 3)."
@@ -96,6 +99,66 @@ def create(
         classes = len(competition.class_keys)
     console.print(f"Created competition [bold]{name}[/] with {classes} classes ({kind}).")
     console.print(f"Next: mad images import PATH --competition {name}")
+
+
+@competitions_app.command("select")
+def select_again(
+    name: str = typer.Argument(..., help="The competition."),
+    k: int = typer.Option(None, help="Images selected per classifier pair."),
+    threshold: float = typer.Option(None, help="Confidence threshold T (see --threshold-rule)."),
+    threshold_rule: ThresholdRule = typer.Option(
+        None,
+        help="absolute: p ≥ T (the paper); quantile: p ≥ each classifier's own T-quantile; fill: the images "
+        "passing p ≥ T first, then the pair's other disagreements until k, each marked as below T.",
+    ),
+    max_per_label: int = typer.Option(None, help="At most this many selected images per predicted label."),
+    yes: bool = typer.Option(False, "--yes", help="Drop the votes the change drops without asking."),
+) -> None:
+    """Change the selection settings and select every pair again from the stored predictions (no inference:
+    `mad worker` runs the select jobs, `mad jobs` shows them). Votes on questions the new selection still
+    asks are kept; the command says how many it keeps and drops, and asks before dropping any."""
+    from app.competitions import service
+    from app.competitions.schemas import CompetitionUpdate
+    from app.jobs import reselection
+
+    given = dict(
+        k=k, confidence_threshold=threshold, threshold_rule=threshold_rule, max_per_label=max_per_label
+    )
+    try:
+        update = CompetitionUpdate(**{key: value for key, value in given.items() if value is not None})
+    except ValueError as error:
+        fail(str(error))
+    settings = load_settings()
+    with database_session(settings) as session:
+        competition = service.get_competition_by_name(db_session=session, name=name)
+        preview = reselection.update_competition(
+            db_session=session,
+            settings=settings,
+            competition=competition,
+            update=update.model_copy(update={"dry_run": True}),
+        )
+    if preview is None:
+        fail(
+            f"{name} already selects with these settings: give a --k, --threshold, --threshold-rule or "
+            "--max-per-label that differs"
+        )
+    said = reselection.dropped_text(preview)
+    console.print(f"{said[0].upper()}{said[1:]}; it queues {preview.select_jobs} select jobs.")
+    if preview.votes_dropped and not yes:
+        typer.confirm(f"Drop {preview.votes_dropped} votes?", abort=True)
+    with database_session(settings) as session:
+        competition = service.get_competition_by_name(db_session=session, name=name)
+        done = reselection.update_competition(
+            db_session=session,
+            settings=settings,
+            competition=competition,
+            update=update.model_copy(update={"confirm": True}),
+        )
+    assert done is not None
+    console.print(
+        f"Kept {done.votes_kept} votes, dropped {done.votes_dropped}; queued {done.select_jobs} select jobs: "
+        "`mad worker` selects the pairs again from the stored predictions."
+    )
 
 
 @competitions_app.command("list")

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from rich.table import Column, Table
 
 from app.cli.common import console, database_session, fail, load_settings
 
@@ -118,7 +118,7 @@ def jobs(
             db_session=session, competition_id=target.id, status=JobStatus.failed, limit=20
         )
         failures = [(job.key, job.error or "") for job in failed]
-    table = Table("classifier", "status", "images predicted", "empty pairs", "error")
+    table = _wrapping_table("classifier", "status", "images predicted", "empty pairs", "error")
     for row in progress["classifiers"]:
         table.add_row(
             row["name"],
@@ -151,15 +151,22 @@ def _pairs_table(pairs: list["PairSelectionRead"]) -> Table:
     and why it selected fewer than k."""
     from app.jobs.selections import survivors_line
 
-    table = Table("pair", "selected", "disagreements", "pass", "would pass", "why fewer than k")
+    table = _wrapping_table("pair", "selected", "disagreements", "pass", "would pass", "why fewer than k")
     for pair in pairs:
         found = pair.diagnosis
+        below = f" ({pair.below_threshold} below T)" if pair.below_threshold else ""
         table.add_row(
             escape(f"{pair.classifier_a} vs {pair.classifier_b}"),
-            f"{pair.selected} of {pair.k}",
+            f"{pair.selected} of {pair.k}{below}",
             "—" if found is None else str(found.disagreements),
             "—" if found is None else str(found.confident),
             survivors_line(pair),
             pair.shortfall or "",
         )
     return table
+
+
+def _wrapping_table(*headers: str) -> Table:
+    """A table whose cells wrap, a word too long for its column folding onto the next line, rather than
+    being cut with '…' (piped output and 80-column terminals)."""
+    return Table(*(Column(header, overflow="fold") for header in headers))

@@ -14,11 +14,13 @@ from app.competitions.schemas import (
     CompetitionCreate,
     CompetitionRead,
     CompetitionUpdate,
+    CompetitionUpdated,
     MemberRead,
     TranslationsRead,
 )
 from app.db.session import SessionDep
 from app.images.service import image_counts
+from app.jobs import reselection
 from app.users.auth import AdminUser, OptionalUser
 from app.users.service import get_user
 from app.web.dependencies import SettingsDep
@@ -56,17 +58,31 @@ def read_competition(competition: VisibleCompetitionDep, db_session: SessionDep)
 
 @router.patch(
     "/{competition_id}",
-    summary="Change a competition's description, guidelines, quality control or openness (admin)",
-    responses=error_responses(401, 403, 404, 422),
+    summary="Change a competition's description, guidelines, quality control, openness or selection (admin)",
+    responses=error_responses(401, 403, 404, 409, 422),
 )
 def update_competition(
-    body: CompetitionUpdate, db_session: SessionDep, _admin: AdminUser, competition: CompetitionDep
-) -> CompetitionRead:
+    body: CompetitionUpdate,
+    db_session: SessionDep,
+    settings: SettingsDep,
+    _admin: AdminUser,
+    competition: CompetitionDep,
+) -> CompetitionUpdated:
     """Set the description, the annotators' guidelines, the gold accuracy threshold that pauses an annotator
-    and the gold answers it needs first, and members_only (whether only the competition's members may label;
-    fields left out stay as they are)."""
-    service.update_competition(db_session=db_session, competition=competition, change=body)
-    return service.to_read(competition, image_counts(db_session=db_session).get(competition.id, 0))
+    and the gold answers it needs first, members_only (whether only the competition's members may label) and
+    the selection settings k, confidence_threshold, threshold_rule and max_per_label (fields left out stay as
+    they are).
+
+    A change of the selection settings selects every pair again from the stored predictions, by select jobs
+    (no inference; `mad jobs` and …/progress follow them). Votes on questions the new selection still asks
+    are kept; `reselection` says how many are kept and dropped. A change that would drop votes is refused
+    with 409 (saying how many) unless `confirm` is true; `dry_run` changes nothing and only says it. 409 too
+    while a select job of the competition runs."""
+    found = reselection.update_competition(
+        db_session=db_session, settings=settings, competition=competition, update=body
+    )
+    shown = service.to_read(competition, image_counts(db_session=db_session).get(competition.id, 0))
+    return CompetitionUpdated(**shown.model_dump(), reselection=found)
 
 
 @router.get(

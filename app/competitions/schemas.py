@@ -60,7 +60,8 @@ class CompetitionCreate(BaseModel):
         description="absolute: p ≥ T, the paper's rule, which empties pairs of classifiers whose confidence "
         "stays low (label smoothing, mixup); quantile: p ≥ the T-quantile of the classifier's own top-1 "
         "probabilities over the corpus, so each classifier's most confident 1 − T passes whatever its "
-        "calibration.",
+        "calibration; fill: the images passing p ≥ T first, then the pair's other disagreements (by "
+        "distance, then the higher min(p_a, p_b)) until k, each marked as below T.",
     )
     max_per_label: int = Field(
         default=3, ge=1, description="At most this many images per predicted label per pair."
@@ -105,16 +106,61 @@ class CompetitionCreate(BaseModel):
         return value
 
 
+SELECTION_FIELDS = ("k", "confidence_threshold", "threshold_rule", "max_per_label")
+"""The settings a pair's selection depends on: changing one selects every pair again."""
+
+
 class CompetitionUpdate(BaseModel):
     """What can change once a competition runs: its description, its guidelines for annotators, its
-    quality control and who may label (the label set and the MAD parameters are fixed, as selections and
-    votes depend on them)."""
+    quality control, who may label, and the selection settings (k, T, the threshold rule, the per-label cap),
+    whose change selects every pair again from the stored predictions. The label set is fixed."""
 
     description: str | None = Field(default=None, max_length=2000)
     guidelines: str | None = Field(default=None, max_length=GUIDELINES_MAX)
     gold_threshold: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
     gold_min_answers: int | None = Field(default=None, ge=1, le=10_000)
     members_only: bool | None = None
+    k: int | None = Field(default=None, ge=1, le=10_000, description="Images selected per classifier pair.")
+    confidence_threshold: float | None = Field(
+        default=None, ge=0, le=1, allow_inf_nan=False, description="T (see threshold_rule)."
+    )
+    threshold_rule: ThresholdRule | None = Field(
+        default=None, description="absolute, quantile or fill, as at creation."
+    )
+    max_per_label: int | None = Field(
+        default=None, ge=1, description="At most this many images per predicted label per pair."
+    )
+    dry_run: bool = Field(
+        default=False,
+        description="Change nothing: say what the change of selection settings would keep and drop.",
+    )
+    confirm: bool = Field(
+        default=False,
+        description="Apply a change of selection settings that drops votes (on images no longer selected); "
+        "without it such a change is refused with 409, saying how many it would keep and drop.",
+    )
+
+    def selection_change(self, competition_values: dict[str, object]) -> dict[str, object]:
+        """The selection settings given that differ from the competition's current `competition_values`."""
+        given = self.model_dump(include=set(SELECTION_FIELDS), exclude_none=True)
+        return {name: value for name, value in given.items() if competition_values[name] != value}
+
+
+class ReselectionRead(BaseModel):
+    """What a change of selection settings does (or, on a dry run, would do) to the votes: every vote on a
+    question the new selection still asks is kept, the others are dropped with their questions."""
+
+    applied: bool = Field(description="Whether the change was made (false on a dry run).")
+    votes_kept: int = Field(description="Votes on questions the new selection still asks.")
+    votes_dropped: int = Field(description="Votes on questions of images no longer selected.")
+    study_votes_dropped: int = Field(
+        default=0,
+        description="Of the dropped votes, those that count as crowd-study participants' work: their images "
+        "answered, active time and bonuses are counted from their votes, so they would drop too.",
+    )
+    select_jobs: int = Field(
+        description="Select jobs queued to select the pairs again (on a dry run: that it would queue)."
+    )
 
 
 class CompetitionRead(BaseModel):
@@ -141,6 +187,14 @@ class CompetitionRead(BaseModel):
     sampling: Sampling
     created_at: datetime
     image_count: int
+
+
+class CompetitionUpdated(CompetitionRead):
+    """A competition after a change, with what a change of its selection settings did to the votes."""
+
+    reselection: ReselectionRead | None = Field(
+        default=None, description="Present when the selection settings changed (or on a dry run)."
+    )
 
 
 class MemberRead(BaseModel):

@@ -4,7 +4,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.competitions.models import Competition, CompetitionVersion
-from app.competitions.schemas import CompetitionCreate, CompetitionRead, CompetitionUpdate
+from app.competitions.schemas import SELECTION_FIELDS, CompetitionCreate, CompetitionRead, CompetitionUpdate
 from app.core import taxonomy_sources
 from app.core.taxonomy import Taxonomy, TaxonomyError
 from app.core.taxonomy_sources import BUILTIN_TAXONOMIES, cached_taxonomy
@@ -75,8 +75,11 @@ def data_version(*, db_session: Session, competition_id: int) -> int:
 
 
 def update_competition(*, db_session: Session, competition: Competition, change: CompetitionUpdate) -> None:
-    """Set the description, guidelines, quality settings and members_only given (None leaves one as it is)."""
-    for field, value in change.model_dump(exclude_none=True).items():
+    """Set the description, guidelines, quality settings and members_only given (None leaves one as it is;
+    the selection settings are app/jobs/reselection.py's)."""
+    for field, value in change.model_dump(
+        exclude_none=True, exclude={*SELECTION_FIELDS, "dry_run", "confirm"}
+    ).items():
         setattr(competition, field, value)
     db_session.flush()
 

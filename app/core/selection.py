@@ -12,6 +12,12 @@ pass in that order accepts an image while fewer than `max_per_label` accepted im
 The first k accepted images are the selection; the pass goes on for `reserve_size` more, the ordered
 reserve that replaces discarded images, so the per-label cap holds over selection and reserve together.
 
+`fill` takes the candidates of `absolute` first, in the same order (so where they are enough it selects
+exactly what `absolute` selects), then every other disagreement of the pair in the same order (distance
+descending, then the higher min(p_i, p_j), then the lower ordinal), the greedy pass and its cap running on
+over both: a pair with at least k disagreements gets k images (the cap permitting), and
+`PairSelection.passed` marks which passed T.
+
 A pair's diagnosis (`diagnose_pair`) says how its selection went: its disagreements, how many pass the
 threshold, and how many would pass others (`app/core/shortfall.py` says it in words).
 """
@@ -53,6 +59,8 @@ class PairSelection:
     probs_i: np.ndarray
     probs_j: np.ndarray
     n_selected: int
+    passed: np.ndarray
+    """Whether each image passed the threshold (every image but those a `fill` selection added below T)."""
 
     @property
     def selected(self) -> np.ndarray:
@@ -97,9 +105,9 @@ def confidence_cutoffs(
     excluded: np.ndarray | None = None,
     quantiles: Sequence[Quantiles] | None = None,
 ) -> np.ndarray:
-    """c_i of each row of m×n labels and probabilities: T (absolute) or Q_i(T) (quantile), read from the
-    rows' `quantiles` when the caller keeps them."""
-    if rule == ThresholdRule.absolute:
+    """c_i of each row of m×n labels and probabilities: T (absolute, fill) or Q_i(T) (quantile), read from
+    the rows' `quantiles` when the caller keeps them."""
+    if rule != ThresholdRule.quantile:
         return np.full(len(labels), float(threshold))
     if quantiles is not None:
         return np.array([own[float(threshold)] for own in quantiles])
@@ -180,6 +188,7 @@ def select_all_pairs(
         index: eligible(labels[index], probs[index], cutoff, excluded)
         for index, cutoff in zip(used, cutoffs, strict=True)
     }
+    predicted = {index: eligible(labels[index], probs[index], -np.inf, excluded) for index in used}
     flat_distance = np.ascontiguousarray(distance).ravel()
 
     return {
@@ -188,6 +197,7 @@ def select_all_pairs(
             probs[i],
             labels[j],
             probs[j],
+            (predicted[i] & predicted[j]) if rule == ThresholdRule.fill else (masks[i] & masks[j]),
             masks[i] & masks[j],
             flat_distance,
             len(distance),
@@ -224,27 +234,39 @@ def _select(
     probs_i: np.ndarray,
     labels_j: np.ndarray,
     probs_j: np.ndarray,
-    both_eligible: np.ndarray,
+    candidates: np.ndarray,
+    passing: np.ndarray,
     flat_distance: np.ndarray,
     n_classes: int,
     need: int,
     k: int,
     max_per_label: int,
 ) -> PairSelection:
-    """Candidates of one pair, their exact key order over a growing pool, then the capped greedy pass."""
-    ordinals = np.flatnonzero(both_eligible)
+    """The capped greedy pass over a pair's candidates that pass the threshold, then (`fill`: when the
+    candidates include others) over the rest, the per-label counts running on."""
+    ordinals = np.flatnonzero(candidates)
     label_i, label_j = labels_i[ordinals], labels_j[ordinals]
     differ = label_i != label_j
     ordinals, label_i, label_j = ordinals[differ], label_i[differ], label_j[differ]
     min_prob = np.minimum(probs_i[ordinals], probs_j[ordinals])
     distances = flat_distance[label_i.astype(np.int64) * n_classes + label_j]
-    pool_size = _POOL_FACTOR * max(need, 8)
-    while True:
-        order = _top_in_key_order(distances, min_prob, pool_size)
-        accepted = order[_capped_greedy(label_i[order], label_j[order], n_classes, max_per_label, need)]
-        if len(accepted) == need or len(order) == len(ordinals):
-            break
-        pool_size *= 4
+    passed = passing[ordinals]
+    used = (np.zeros(n_classes, dtype=np.int64), np.zeros(n_classes, dtype=np.int64))
+    accepted = np.empty(0, dtype=np.int64)
+    for tier in (np.flatnonzero(passed), np.flatnonzero(~passed)):
+        if len(tier) and len(accepted) < need:
+            taken = tier[
+                _accept(
+                    label_i[tier],
+                    label_j[tier],
+                    distances[tier],
+                    min_prob[tier],
+                    used,
+                    need - len(accepted),
+                    max_per_label,
+                )
+            ]
+            accepted = np.concatenate([accepted, taken])
     return PairSelection(
         ordinals=ordinals[accepted],
         distances=distances[accepted],
@@ -253,7 +275,31 @@ def _select(
         probs_i=probs_i[ordinals[accepted]],
         probs_j=probs_j[ordinals[accepted]],
         n_selected=min(k, len(accepted)),
+        passed=passed[accepted],
     )
+
+
+def _accept(
+    label_i: np.ndarray,
+    label_j: np.ndarray,
+    distances: np.ndarray,
+    min_prob: np.ndarray,
+    used: tuple[np.ndarray, np.ndarray],
+    need: int,
+    cap: int,
+) -> np.ndarray:
+    """Positions the capped greedy pass accepts, in key order, sorting only a pool of the best candidates
+    that grows ×4 while the cap rejects; `used` (labels already accepted) is updated."""
+    pool_size = _POOL_FACTOR * max(need, 8)
+    while True:
+        order = _top_in_key_order(distances, min_prob, pool_size)
+        accepted = order[_capped_greedy(label_i[order], label_j[order], used, cap, need)]
+        if len(accepted) == need or len(order) == len(distances):
+            break
+        pool_size *= 4
+    np.add.at(used[0], label_i[accepted], 1)
+    np.add.at(used[1], label_j[accepted], 1)
+    return accepted
 
 
 def _top_in_key_order(distances: np.ndarray, min_prob: np.ndarray, size: int) -> np.ndarray:
@@ -290,16 +336,16 @@ def _occurrence_rank(values: np.ndarray) -> np.ndarray:
 
 
 def _capped_greedy(
-    label_i: np.ndarray, label_j: np.ndarray, n_classes: int, cap: int, need: int
+    label_i: np.ndarray, label_j: np.ndarray, used: tuple[np.ndarray, np.ndarray], cap: int, need: int
 ) -> np.ndarray:
-    """Positions accepted by the in-order greedy pass with ≤ cap per f_i label and ≤ cap per f_j label.
+    """Positions accepted by the in-order greedy pass with ≤ cap per f_i label and ≤ cap per f_j label,
+    counting the `used` labels accepted before (left unchanged).
 
     Vectorised in rounds: drop images whose label is full, rank the rest by earlier occurrences of their
     labels, accept the prefix before the first image that would overflow (those counts are exact), reject
     that image (its label is now full). Each round fills a label, so there are at most 2·need/cap rounds.
     """
-    used_i = np.zeros(n_classes, dtype=np.int64)
-    used_j = np.zeros(n_classes, dtype=np.int64)
+    used_i, used_j = used[0].copy(), used[1].copy()
     remaining = np.arange(len(label_i))
     accepted: list[np.ndarray] = []
     total = 0
@@ -405,7 +451,7 @@ def diagnose_pair(
 
     def cutoffs_of(rule_: ThresholdRule, level: float) -> tuple[np.floating, np.floating]:
         """(c_i, c_j) under one threshold."""
-        if rule_ == ThresholdRule.absolute:
+        if rule_ != ThresholdRule.quantile:
             return np.float64(level), np.float64(level)
         return quantiles[0][level], quantiles[1][level]
 

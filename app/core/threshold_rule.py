@@ -13,3 +13,5 @@ class ThresholdRule(StrEnum):
     """p ≥ T, the paper's rule (Sec. 3.1)."""
     quantile = "quantile"
     """p ≥ the T-quantile of the classifier's own top-1 probabilities over the corpus."""
+    fill = "fill"
+    """p ≥ T first (absolute), then the pair's other disagreements until k, each marked as below T."""

@@ -231,7 +231,7 @@ def complete_select(
     job_id: int, body: SelectionResult, db_session: SessionDep, _worker: WorkerUser
 ) -> JobRead:
     """Store S_ij, its reserve and its threshold diagnosis and finish the job; 409 when the lease was lost.
-    Repeating is harmless."""
+    Repeating is harmless. Under active sampling the competition's last select job reruns the policy."""
     selection = PairSelection(
         ordinals=np.asarray(body.ordinals, dtype=np.int64),
         distances=np.asarray(body.distances),
@@ -240,6 +240,7 @@ def complete_select(
         probs_i=np.asarray(body.probs_a),
         probs_j=np.asarray(body.probs_b),
         n_selected=body.n_selected,
+        passed=~np.asarray(body.below_threshold or [False] * len(body.ordinals), dtype=bool),
     )
     job = service.complete_select(
         db_session=db_session,
@@ -248,6 +249,8 @@ def complete_select(
         selection=selection,
         diagnosis=PairDiagnosis.from_dict(body.diagnosis.model_dump()),
     )
+    db_session.commit()
+    service.rerun_policy_once_selected(db_session=db_session, competition_id=job.competition_id)
     return JobRead.model_validate(job)
 
 

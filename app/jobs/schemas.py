@@ -141,16 +141,18 @@ class SelectionDiagnosis(BaseModel):
     most_confident: Probability | None = Field(
         description="The largest min(p_a, p_b) over the disagreements; null without any."
     )
-    selected: Count = Field(description="Images selected (at most k).")
+    selected: Count = Field(description="Images selected (at most k; under `fill`, some of them below T).")
     survivors: list[ThresholdSurvivors] = Field(
         max_length=100, description="Disagreements that would pass other thresholds, absolute and quantile."
     )
 
     @model_validator(mode="after")
     def _consistent(self) -> "SelectionDiagnosis":
-        """No count exceeds the disagreements, and the selected images are candidates."""
+        """No count exceeds the disagreements, and the selected images are candidates (under `fill`, any
+        disagreement)."""
         counts = [self.confident, *(survivors.images for survivors in self.survivors)]
-        if max(counts) > self.disagreements or self.selected > self.confident:
+        candidates = self.disagreements if self.rule == ThresholdRule.fill else self.confident
+        if max(counts) > self.disagreements or self.selected > candidates:
             raise ValueError("a diagnosis counts at most its disagreements, and selects among its candidates")
         return self
 
@@ -167,12 +169,17 @@ class SelectionResult(BaseModel):
     labels_b: list[Label]
     probs_a: list[Probability]
     probs_b: list[Probability]
+    below_threshold: list[bool] | None = Field(
+        default=None,
+        description="Per image, whether a `fill` selection took it below T; null: every image passed T.",
+    )
 
     @model_validator(mode="after")
     def _same_lengths(self) -> "SelectionResult":
         """Every column has one value per image."""
         lengths = {len(self.ordinals), len(self.distances), len(self.labels_a), len(self.labels_b)}
         lengths |= {len(self.probs_a), len(self.probs_b)}
+        lengths |= set() if self.below_threshold is None else {len(self.below_threshold)}
         if len(lengths) != 1 or self.n_selected > len(self.ordinals):
             raise ValueError("ordinals, distances, labels and probs must have equal lengths ≥ n_selected")
         if self.diagnosis.selected != self.n_selected:
@@ -237,6 +244,11 @@ class PairSelectionRead(BaseModel):
     selected: int = Field(description="Images selected for labelling (at most k).")
     k: int
     reserve: int = Field(description="Images in reserve, to replace discarded ones.")
+    below_threshold: int = Field(
+        default=0,
+        description="Of the images being labelled, those a `fill` selection took below T (0 under the "
+        "absolute and quantile rules).",
+    )
     diagnosis: SelectionDiagnosis | None = Field(
         description="The threshold diagnosis; null for pairs selected before it was kept."
     )

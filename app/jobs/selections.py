@@ -11,7 +11,7 @@ from app.competitions.models import Competition
 from app.core.selection import PairDiagnosis
 from app.core.shortfall import shortfall, survivors_text, threshold_text
 from app.jobs.schemas import PairSelectionRead, SelectionDiagnosis
-from app.labelling.models import PairImage, PairSubset
+from app.labelling.models import PairImage, PairImageRole, PairSubset
 
 INACTIVE = (ClassifierStatus.failed, ClassifierStatus.retired)
 
@@ -38,10 +38,20 @@ def pair_selection(
 
 
 def _selections(competition: Competition, first: type[Classifier], second: type[Classifier]) -> Select:
-    """The competition's pair subsets with both classifiers' names and their stored image counts."""
+    """The competition's pair subsets with both classifiers' names, their stored image counts and how many of
+    their selected images fell below T (a `fill` selection)."""
     images = select(func.count()).where(PairImage.subset_id == PairSubset.id).scalar_subquery()
+    below = (
+        select(func.count())
+        .where(
+            PairImage.subset_id == PairSubset.id,
+            PairImage.role == PairImageRole.selected,
+            PairImage.below_threshold,
+        )
+        .scalar_subquery()
+    )
     return (
-        select(PairSubset, first.name, second.name, images)
+        select(PairSubset, first.name, second.name, images, below)
         .join(first, first.id == PairSubset.classifier_a_id)
         .join(second, second.id == PairSubset.classifier_b_id)
         .where(PairSubset.competition_id == competition.id)
@@ -50,7 +60,7 @@ def _selections(competition: Competition, first: type[Classifier], second: type[
 
 
 def _pair_selection(
-    competition: Competition, subset: PairSubset, name_a: str, name_b: str, stored: int
+    competition: Competition, subset: PairSubset, name_a: str, name_b: str, stored: int, below: int
 ) -> PairSelectionRead:
     """One pair's selection: its first k stored images were selected, the rest are its reserve."""
     selected = min(stored, competition.k)
@@ -62,6 +72,7 @@ def _pair_selection(
         selected=selected,
         k=competition.k,
         reserve=stored - selected,
+        below_threshold=below,
         diagnosis=None if subset.diagnosis is None else SelectionDiagnosis.model_validate(subset.diagnosis),
         shortfall=_why_short(competition, subset, selected),
     )

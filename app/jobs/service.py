@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from app.classifiers.enums import ClassifierSource, ClassifierStatus
 from app.classifiers.models import Classifier
 from app.classifiers.prediction_store import NO_LABEL, Predictions, PredictionStore
-from app.competitions.models import Competition
+from app.competitions.models import Competition, Sampling
 from app.competitions.service import lock_competition
 from app.core.selection import PairDiagnosis, PairSelection
 from app.db.base import utcnow
@@ -32,6 +32,7 @@ from app.jobs import workers
 from app.jobs.archives import ArchiveImage
 from app.jobs.enums import JobKind, JobStatus
 from app.jobs.models import Job
+from app.labelling.active_sampling import policy
 from app.labelling.subsets import store_pair_subset
 from app.settings import Settings
 
@@ -404,9 +405,27 @@ def complete_select(
         classifier_b_id=job.classifier_b_id,
         entries=entries,
         diagnosis=diagnosis.as_dict(),
+        below_threshold=(~selection.passed).tolist(),
     )
     mark_done(db_session=db_session, job=job)
     return job
+
+
+def rerun_policy_once_selected(*, db_session: Session, competition_id: int) -> None:
+    """Under active sampling, rerun the policy once no select job of the competition is queued or running
+    (the last of a reselection or of a new classifier's pairs): its `settled` flag and the items' priorities
+    then account for the new pairs' images. Called in a transaction of its own after the job's is committed,
+    so that it takes the competition's row before any item, as every policy run does."""
+    competition = db_session.get_one(Competition, competition_id)
+    pending = db_session.scalar(
+        select(func.count()).where(
+            Job.competition_id == competition_id,
+            Job.kind == JobKind.select,
+            Job.status.in_((JobStatus.queued, JobStatus.running)),
+        )
+    )
+    if competition.sampling == Sampling.active and not pending:
+        policy.refresh(db_session, competition)
 
 
 def shard_images(*, db_session: Session, competition_id: int, start: int, end: int) -> list[ArchiveImage]:

@@ -52,6 +52,8 @@ class PairImage(Base):
     label_b: Mapped[int]
     prob_a: Mapped[float]
     prob_b: Mapped[float]
+    below_threshold: Mapped[bool] = mapped_column(default=False)
+    """Whether a `fill` selection took the image below T (app/core/selection.py); false for the others."""
 
 
 class Question(Base):

@@ -44,9 +44,11 @@ def store_pair_subset(
     classifier_b_id: int,
     entries: Sequence[PairEntry],
     diagnosis: dict[str, Any] | None = None,
+    below_threshold: Sequence[bool] = (),
 ) -> PairSubset:
     """Store a pair's selection in order (the first k selected, the rest reserve) with its diagnosis (how the
-    selection went, app/core/selection.py) and ask its new questions.
+    selection went, app/core/selection.py) and, per entry, whether a `fill` selection took it below T (none
+    when not given), and ask its new questions.
 
     Idempotent: storing a pair again returns the stored subset unchanged (paper Algorithm 2 asks only
     questions not yet answered).
@@ -75,6 +77,7 @@ def store_pair_subset(
     settings = LabellingSettings.of(competition)
     unusable = _unusable_images(db_session, settings, [row["image_id"] for row in rows[: competition.k]])
     for position, row in enumerate(rows):
+        row["below_threshold"] = bool(below_threshold[position]) if below_threshold else False
         if position >= competition.k:
             role = PairImageRole.reserve
         else:

@@ -208,6 +208,7 @@ SUBSETS_SCHEMA = pa.schema(
         ("label_b_key", pa.string()),
         ("prob_a", pa.float64()),
         ("prob_b", pa.float64()),
+        ("below_threshold", pa.bool_()),
         ("outcome_a", pa.bool_()),
         ("outcome_b", pa.bool_()),
         ("image_source_uri", pa.string()),
@@ -219,10 +220,11 @@ SUBSETS_SCHEMA = pa.schema(
 
 
 def _subsets_batches(source: ExportSource, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """Every pair's images in selection order (selected, reserve, discarded) with both predictions, their
-    decided outcomes (does the image contain label_a / label_b; null while open), when the pair was
-    selected (the ranking history counts a pair image from the later of its decisions and its selection)
-    and the image's provenance (where it was imported from; source page, license and author)."""
+    """Every pair's images in selection order (selected, reserve, discarded) with both predictions, whether
+    a `fill` selection took the image below T, their decided outcomes (does the image contain label_a /
+    label_b; null while open), when the pair was selected (the ranking history counts a pair image from the
+    later of its decisions and its selection) and the image's provenance (where it was imported from; source
+    page, license and author)."""
     classifier_a, classifier_b = aliased(Classifier), aliased(Classifier)
 
     def query(session: Session, after: tuple | None) -> Sequence[Row]:
@@ -272,6 +274,7 @@ def _subsets_batches(source: ExportSource, schema: pa.Schema) -> Iterator[pa.Rec
             "label_b_key": str(keys[pair_image.label_b]),
             "prob_a": pair_image.prob_a,
             "prob_b": pair_image.prob_b,
+            "below_threshold": pair_image.below_threshold,
             "outcome_a": result.outcome_a,
             "outcome_b": result.outcome_b,
             "image_source_uri": image.source_uri,

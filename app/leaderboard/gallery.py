@@ -73,6 +73,7 @@ def pair_gallery(*, db_session: Session, competition: Competition, a_id: int, b_
                 label_b=str(names[pair_image.label_b]),
                 prob_a=pair_image.prob_a,
                 prob_b=pair_image.prob_b,
+                below_threshold=pair_image.below_threshold,
                 correct_a=right_a,
                 correct_b=right_b,
                 case=3 - int(right_a) - int(right_b) if decided else None,

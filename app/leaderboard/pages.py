@@ -14,6 +14,7 @@ from app.classifiers.service import get_classifier
 from app.competitions.members import check_visible
 from app.competitions.models import Competition
 from app.competitions.service import get_competition
+from app.core.threshold_rule import ThresholdRule
 from app.db.session import DatabaseStepsDep, SessionDep
 from app.errors import NotFound
 from app.i18n import N_, in_language
@@ -87,6 +88,19 @@ def _short_text(pair: PairSelectionRead, words: NullTranslations) -> str:
     return template.format(selected=pair.selected, k=pair.k, why=pair.shortfall)
 
 
+def _below_threshold(
+    board: LeaderboardRead, competition: Competition, i: int, j: int
+) -> tuple[int, int] | None:
+    """(images below T, images selected) of pair (i, j), shown where the rule is `fill` or some fell below
+    T; None otherwise, and in snapshots frozen before the counts were recorded."""
+    matrices = board.matrices
+    if not matrices.below_threshold:
+        return None
+    below = matrices.below_threshold[i][j]
+    shown = below or competition.threshold_rule == ThresholdRule.fill
+    return (below, matrices.selected[i][j]) if shown else None
+
+
 def decided_by_text(panel_size: int | None, words: NullTranslations) -> str:
     """How a question is decided, in words: 'one answer decides a question (a panel of 1)'."""
     if panel_size is None:
@@ -128,6 +142,7 @@ def _leaderboard_page(
             _gallery_href(competition.id, ids[i], ids[j]),
             waiting.get((ids[i], ids[j]), ""),
             short.get((ids[i], ids[j]), ""),
+            _below_threshold(board, competition, i, j),
         )
         for i in range(len(ids))
         for j in range(i + 1, len(ids))

@@ -100,6 +100,16 @@ class MatricesRead(BaseModel):
         description="B: b_ij = a_ij / a_ji; null where n_ij = 0, where the ranking takes b_ij = 1."
     )
     labelled: list[list[int]] = Field(description="n_ij: labelled images of pair (i, j).")
+    selected: list[list[int]] = Field(
+        default_factory=list,
+        description="Images selected for pair (i, j), at most k (empty in snapshots frozen before it was "
+        "recorded).",
+    )
+    below_threshold: list[list[int]] = Field(
+        default_factory=list,
+        description="Of pair (i, j)'s selected images, those a `fill` selection took below T (0 under the "
+        "absolute and quantile rules; empty in snapshots frozen before it was recorded).",
+    )
 
 
 class PairWithoutLabels(BaseModel):
@@ -262,6 +272,9 @@ class GalleryImage(BaseModel):
     label_b: str
     prob_a: float
     prob_b: float
+    below_threshold: bool = Field(
+        default=False, description="Whether a `fill` selection took the image below T (false otherwise)."
+    )
     correct_a: bool | None = Field(description="The image contains label_a (null until decided).")
     correct_b: bool | None
     case: int | None = Field(description="1: both right, 2: one right, 3: neither (null until both decided).")

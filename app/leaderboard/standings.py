@@ -206,8 +206,23 @@ def compute_leaderboard(*, db_session: Session, competition: Competition) -> Lea
             accuracy=[[finite_or_none(value) for value in row] for row in ranking.accuracy],
             dominance=[[finite_or_none(value) for value in row] for row in ranking.dominance],
             labelled=counts.n.tolist(),
+            **_selected_matrices([classifier.id for classifier in classifiers], selections),
         ),
     )
+
+
+def _selected_matrices(ids: list[int], selections: list[PairSelectionRead]) -> dict[str, list[list[int]]]:
+    """Per pair (i, j), symmetric in ids order: its selected images and those of them below T."""
+    index = {id_: i for i, id_ in enumerate(ids)}
+    selected, below = (
+        np.zeros((len(ids), len(ids)), dtype=np.int64),
+        np.zeros((len(ids), len(ids)), dtype=np.int64),
+    )
+    for pair in selections:
+        i, j = index[pair.classifier_a_id], index[pair.classifier_b_id]
+        selected[i, j] = selected[j, i] = pair.selected
+        below[i, j] = below[j, i] = pair.below_threshold
+    return {"selected": selected.tolist(), "below_threshold": below.tolist()}
 
 
 def by_rank(board: LeaderboardRead) -> list[ClassifierStanding]:

@@ -24,7 +24,10 @@ SUMMARY_COLUMNS = (
     "bootstrap_level",
     "bootstrap_seed",
 )
-PAIR_COLUMNS = ("classifier_i_id", "classifier_i", "classifier_j_id", "classifier_j", "a_ij", "b_ij", "n_ij")
+PAIR_COLUMNS = (
+    *("classifier_i_id", "classifier_i", "classifier_j_id", "classifier_j"),
+    *("a_ij", "b_ij", "n_ij", "selected_ij", "below_threshold_ij"),
+)
 
 
 def classifier_rows(leaderboard: LeaderboardRead) -> list[dict]:
@@ -33,9 +36,11 @@ def classifier_rows(leaderboard: LeaderboardRead) -> list[dict]:
 
 
 def pair_rows(leaderboard: LeaderboardRead) -> list[dict]:
-    """A, B and n in long form: one row per (i, j) of the compared classifiers, diagonal included, in
-    row-major order of classifier_ids."""
+    """A, B, n, the images selected and those of them below T in long form: one row per (i, j) of the
+    compared classifiers, diagonal included, in row-major order of classifier_ids (the last two empty in
+    snapshots frozen before they were recorded)."""
     matrices = leaderboard.matrices
+    selected, below = matrices.selected or None, matrices.below_threshold or None
     names = {standing.classifier_id: standing.name for standing in leaderboard.classifiers}
     return [
         dict(
@@ -49,6 +54,8 @@ def pair_rows(leaderboard: LeaderboardRead) -> list[dict]:
                     matrices.accuracy[i][j],
                     matrices.dominance[i][j],
                     matrices.labelled[i][j],
+                    None if selected is None else selected[i][j],
+                    None if below is None else below[i][j],
                 ),
                 strict=True,
             )

@@ -133,7 +133,7 @@ def _arrow_type(annotation) -> pa.DataType:
 STANDINGS_SCHEMA = pa.schema(
     [(name, _arrow_type(field.annotation)) for name, field in ClassifierStanding.model_fields.items()]
 )
-PAIR_TYPES = (pa.int64(), pa.string(), pa.int64(), pa.string(), pa.float64(), pa.float64(), pa.int64())
+PAIR_TYPES = (pa.int64(), pa.string(), pa.int64(), pa.string(), pa.float64(), pa.float64(), *[pa.int64()] * 3)
 PAIRS_SCHEMA = pa.schema(list(zip(PAIR_COLUMNS, PAIR_TYPES, strict=True)))
 SUMMARY_TYPES = (pa.int64(), pa.string(), pa.float64(), pa.int64(), *[pa.float64()] * 4, pa.int64())
 SUMMARY_TYPES += (*[pa.float64()] * 3, pa.int64(), pa.int64(), pa.float64(), pa.int64())

@@ -5,28 +5,31 @@ import pytest
 
 from app.core.selection import select_all_pairs, select_pair
 from app.core.taxonomy_sources import imagenet_1k
+from app.core.threshold_rule import ThresholdRule
 
 # Three classes: 0 and 1 are siblings, 2 is far from both.
 SMALL_DISTANCE = np.array([[0.0, 0.5, 3.0], [0.5, 0.0, 2.5], [3.0, 2.5, 0.0]])
 
 
 def reference_selection(
-    labels_i, probs_i, labels_j, probs_j, distance, k, threshold, cap, reserve, excluded=None
+    labels_i, probs_i, labels_j, probs_j, distance, k, threshold, cap, reserve, excluded=None, fill=False
 ):
-    """Algorithm 1 row by row: filter, sort by (-d, -min p, ordinal), greedy with the per-label caps."""
+    """Algorithm 1 row by row: filter, sort by (-d, -min p, ordinal), greedy with the per-label caps;
+    `fill`: every disagreement, those below T after all those passing it."""
     rows = []
     for x in range(len(labels_i)):
         a, b = int(labels_i[x]), int(labels_j[x])
-        if a < 0 or b < 0 or a == b or min(probs_i[x], probs_j[x]) < threshold:
+        below = min(probs_i[x], probs_j[x]) < threshold
+        if a < 0 or b < 0 or a == b or (below and not fill):
             continue
         if excluded is not None and excluded[x]:
             continue
-        rows.append((-distance[a, b], -min(probs_i[x], probs_j[x]), x))
+        rows.append((below, -distance[a, b], -min(probs_i[x], probs_j[x]), x))
     rows.sort()
     used_i: dict[int, int] = {}
     used_j: dict[int, int] = {}
     accepted = []
-    for _, _, x in rows:
+    for _, _, _, x in rows:
         if len(accepted) == k + reserve:
             break
         a, b = int(labels_i[x]), int(labels_j[x])
@@ -92,6 +95,7 @@ def test_matches_row_by_row_reference(seed):
         probs_i, probs_j = rng.random(n).astype(np.float32), rng.random(n).astype(np.float32)
     excluded = rng.random(n) < 0.1 if seed % 3 == 0 else None
     k, cap, reserve = int(rng.integers(0, 40)), int(rng.integers(1, 5)), int(rng.integers(0, 40))
+    fill = seed % 4 == 1
     chosen = select_pair(
         labels_i,
         probs_i,
@@ -102,12 +106,32 @@ def test_matches_row_by_row_reference(seed):
         max_per_label=cap,
         reserve_size=reserve,
         excluded=excluded,
+        rule=ThresholdRule.fill if fill else ThresholdRule.absolute,
     )
     expected = reference_selection(
-        labels_i, probs_i, labels_j, probs_j, distance, k, 0.8, cap, reserve, excluded
+        labels_i, probs_i, labels_j, probs_j, distance, k, 0.8, cap, reserve, excluded, fill
     )
     assert chosen.ordinals.tolist() == expected
     assert chosen.selected.tolist() == expected[:k]
+    passed = np.minimum(probs_i, probs_j)[chosen.ordinals] >= 0.8
+    assert chosen.passed.tolist() == passed.tolist() and (fill or passed.all())
+
+
+def test_fill_tops_up_to_k_below_the_threshold_after_the_papers_candidates():
+    #            x:   0    1    2    3    4
+    labels_i = np.array([0, 0, 2, 1, 0])
+    labels_j = np.array([2, 2, 0, 2, 0])
+    probs_i = np.array([0.9, 0.3, 0.85, 0.5, 0.99])
+    probs_j = np.array([0.9, 0.4, 0.2, 0.6, 0.99])
+    same = dict(k=3, reserve_size=1)
+    paper = select_pair(labels_i, probs_i, labels_j, probs_j, SMALL_DISTANCE, **same)
+    assert paper.ordinals.tolist() == [0]
+    filled = select_pair(
+        labels_i, probs_i, labels_j, probs_j, SMALL_DISTANCE, rule=ThresholdRule.fill, **same
+    )
+    # x0 passes T = 0.8; below it, by distance then min p: x1 (d=3, .3), x2 (d=3, .2), x3 (d=2.5); x4 agrees
+    assert filled.selected.tolist() == [0, 1, 2] and filled.reserve.tolist() == [3]
+    assert filled.passed.tolist() == [True, False, False, False]
 
 
 def test_deep_candidates_are_found_when_the_cap_rejects_the_top():

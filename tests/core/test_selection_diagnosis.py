@@ -62,7 +62,7 @@ def test_low_confidence_empties_the_absolute_threshold_and_the_quantile_rule_fil
     assert why is not None and why.startswith(
         f"none of its {found.disagreements} disagreements passes T = 0.8"
     )
-    assert why.endswith("would pass each classifier's own 0.8 quantile")  # the strictest that still fills k
+    assert why.endswith(f"; T = 0.3 would give {K} images")  # the strictest absolute T that fills k
 
     quantile = select_pair(
         labels_a, probs_a, labels_b, probs_b, distance, k=K, threshold=0.8, rule=ThresholdRule.quantile
@@ -115,7 +115,7 @@ def test_quantiles_ignore_unpredicted_and_excluded_images():
         own_quantiles(labels, probs, [1.5], None)
 
 
-@pytest.mark.parametrize("rule", list(ThresholdRule))
+@pytest.mark.parametrize("rule", [ThresholdRule.absolute, ThresholdRule.quantile])
 @pytest.mark.parametrize("seed", range(4))
 def test_diagnosis_counts_equal_a_row_by_row_count(rule, seed, distance):
     rng = np.random.default_rng(seed)
@@ -193,14 +193,19 @@ def test_each_kind_of_short_pair_says_why():
         "the two classifiers never disagree: they give the same label to every image both predict"
     )
     assert shortfall(diagnosis(), 30, 3) == (
-        "none of its 68 disagreements passes T = 0.8 (the most confident has both probabilities ≥ 0.46)"
+        "none of its 68 disagreements passes T = 0.8 (the most confident has both probabilities ≥ 0.46); "
+        "threshold_rule fill at T = 0.8 would give 30 images"
     )
     assert shortfall(diagnosis(survivors={("absolute", 0.5): 12, ("quantile", 0.8): 40}), 30, 3) == (
         "none of its 68 disagreements passes T = 0.8 (the most confident has both probabilities ≥ 0.46); "
-        "40 would pass each classifier's own 0.8 quantile"
+        "T = 0.5 would give 12 images; threshold_rule fill at T = 0.8 would give 30 images"
+    )  # the absolute rule's offers are absolute thresholds, not the quantile rule's
+    assert shortfall(diagnosis(confident=5, selected=5, survivors={("absolute", 0.5): 32}), 30, 3) == (
+        "only 5 of its 68 disagreements pass T = 0.8; T = 0.5 would give 30 images"
     )
-    assert shortfall(diagnosis(confident=5, selected=5, survivors={("absolute", 0.5): 12}), 30, 3) == (
-        "only 5 of its 68 disagreements pass T = 0.8; 12 would pass T = 0.5"
+    assert shortfall(diagnosis(confident=1, selected=1, survivors={("absolute", 0.5): 2}), 30, 3) == (
+        "only 1 of its 68 disagreements passes T = 0.8; T = 0.5 would give 2 images; "
+        "threshold_rule fill at T = 0.8 would give 30 images"
     )
     assert shortfall(diagnosis(disagreements=1, confident=1, selected=1), 30, 3) == (
         "the two classifiers disagree on only 1 image"
@@ -208,8 +213,23 @@ def test_each_kind_of_short_pair_says_why():
     assert shortfall(diagnosis(confident=45, selected=21), 30, 3) == (
         "the cap of 3 images per label leaves 21 of the 45 disagreements that pass T = 0.8"
     )
-    quantile = diagnosis(rule="quantile", confident=4, selected=4)
-    assert (
-        shortfall(quantile, 30, 3) == "only 4 of its 68 disagreements pass each classifier's own 0.8 quantile"
+    quantile = diagnosis(
+        rule="quantile", cutoffs=[0.593, 0.6124], confident=4, selected=4, survivors={("quantile", 0.8): 4}
+    )
+    assert shortfall(quantile, 30, 3) == (
+        "only 4 of its 68 disagreements pass each classifier's own 0.8 quantile (p_a ≥ 0.593, p_b ≥ 0.612); "
+        "threshold_rule fill at T = 0.8 would give 30 images"
+    )
+    quantile = diagnosis(
+        rule="quantile", confident=0, survivors={("quantile", 0.8): 40, ("absolute", 0.5): 9}
+    )
+    assert shortfall(quantile, 30, 3) == (
+        "none of its 68 disagreements passes each classifier's own 0.8 quantile (p_a ≥ 0.8, p_b ≥ 0.8); "
+        "each classifier's own 0.8 quantile would give 30 images"
+    )  # its own terms: quantiles, no absolute probability
+    filled = diagnosis(rule="fill", confident=0, selected=20, disagreements=20)
+    assert shortfall(filled, 30, 3) == "the two classifiers disagree on only 20 images"
+    assert shortfall(diagnosis(rule="fill", selected=25), 30, 3) == (
+        "the cap of 3 images per label leaves 25 of the 68 disagreements"
     )
     assert survivors_text(diagnosis(survivors={("quantile", 0.8): 40})) == "T 0.5: 0 | quantile 0.8: 40"
