@@ -106,11 +106,14 @@ def _lock_policy(db_session: Session, competition_id: int, skip_locked: bool = F
     return db_session.scalar(locked) is not None
 
 
-def dry_queue_status(db_session: Session, competition_id: int) -> NextItemStatus:
+def dry_queue_status(db_session: Session, competition_id: int, uncounted: int = 0) -> NextItemStatus:
     """What an annotator with nothing left in the active queue is told: `settled` when the ranking is, once
     the policy has rerun on the questions decided since its last run (the last images may be decided between
-    two refreshes), else `finished`; `busy` (ask again shortly) while another refresh holds the competition's
-    row, which this request must not wait for (it may hold items that refresh waits for)."""
+    two refreshes; `uncounted`: those this server process has not handed over yet, counted first), else
+    `finished`; `busy` (ask again shortly) while another refresh holds the competition's row, which this
+    request must not wait for (it may hold items that refresh waits for)."""
+    if uncounted:
+        count_decisions(db_session, competition_id, uncounted)
     decided = db_session.scalar(
         select(ActivePolicy.decided_since_refresh).where(ActivePolicy.competition_id == competition_id)
     )
