@@ -148,7 +148,7 @@ def test_active_sampling_settles_with_fewer_votes_and_the_full_ranking(client, d
     assert board["active"]["full_design_votes"] == 2 * 6 * K * 3
     assert board["active"]["share_of_full_design"] == used / (2 * 6 * K * 3)
     assert client.get(f"/api/v1/competitions/{uniform.id}/leaderboard").json()["active"] is None
-    page = " ".join(client.get(f"/competitions/{active.id}/leaderboard").text.split())  # as a browser shows it
+    page = " ".join(client.get(f"/competitions/{active.id}/leaderboard").text.split())  # as shown
     assert "Active sampling: the ranking is <strong>settled</strong>" in page
     assert f"Votes used: {used}, {100 * used / (2 * 6 * K * 3):.0f}% of the full design" in page
     assert "Active sampling" not in client.get(f"/competitions/{uniform.id}/leaderboard").text
