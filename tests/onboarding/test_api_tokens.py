@@ -105,7 +105,7 @@ def test_the_admin_page_lists_tokens_with_a_revoke_button_each(client, admin, ad
     issue(client, admin_headers, alice.id, "laptop")
     sign_in(client, "admin")
     page = client.get("/admin").text
-    table = re.search(r'<table id="tokens-table">.*?</table>', page, re.S).group(0)
+    table = re.search(r'<table[^>]* id="tokens-table">.*?</table>', page, re.S).group(0)
     rows = re.findall(r'<tr data-token="(\d+)">\s*<th scope="row">(\w+)</th>\s*<td>([^<]+)</td>', table)
     assert [(user, name) for _, user, name in rows] == [("admin", "test"), ("alice", "laptop")]
     laptop_id = rows[1][0]

@@ -130,4 +130,4 @@ def test_the_admin_page_says_who_members_only_would_lock_out(
         add_member(db_session=db_session, competition=competition, user=user)
     db_session.commit()
     page = client.get(f"/admin/competitions/{competition.id}").text
-    assert "members-only-warning" not in page and "data-confirm" not in page
+    assert "members-only-warning" not in page and 'data-confirm="' not in page

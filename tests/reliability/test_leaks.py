@@ -216,6 +216,7 @@ def path_variants(template: str, world: World, image_hashes: list[str]) -> list[
         "flag_id": [1],
         "name": ["no-such-provider"],
         "token_id": [999_999],
+        "study_id": [999_999],
     }
     names = re.findall(r"{(\w+)}", template)
     paths = []

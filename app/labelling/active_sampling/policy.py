@@ -15,6 +15,7 @@ cycle.
 """
 
 from dataclasses import dataclass
+from datetime import datetime
 
 import numpy as np
 from sqlalchemy import and_, case, func, or_, select, update
@@ -109,20 +110,36 @@ def _lock_policy(db_session: Session, competition_id: int, skip_locked: bool = F
 def dry_queue_status(db_session: Session, competition_id: int, uncounted: int = 0) -> NextItemStatus:
     """What an annotator with nothing left in the active queue is told: `settled` when the ranking is, once
     the policy has rerun on the questions decided since its last run (the last images may be decided between
-    two refreshes; `uncounted`: those this server process has not handed over yet, counted first), else
+    two refreshes; `uncounted`: those this server process has not handed over yet, counted first; any
+    decided after the last run's tally, which other server processes may still hold uncounted), else
     `finished`; `busy` (ask again shortly) while another refresh holds the competition's row, which this
     request must not wait for (it may hold items that refresh waits for)."""
     if uncounted:
         count_decisions(db_session, competition_id, uncounted)
-    decided = db_session.scalar(
-        select(ActivePolicy.decided_since_refresh).where(ActivePolicy.competition_id == competition_id)
-    )
-    if decided and not _lock_policy(db_session, competition_id, skip_locked=True):
+    row = db_session.execute(
+        select(ActivePolicy.decided_since_refresh, ActivePolicy.tallied_through).where(
+            ActivePolicy.competition_id == competition_id
+        )
+    ).one_or_none()
+    counted, through = (0, None) if row is None else row
+    unseen = bool(counted) or _decided_after(db_session, competition_id, through)
+    if unseen and not _lock_policy(db_session, competition_id, skip_locked=True):
         return "busy"
     competition = db_session.get_one(Competition, competition_id, populate_existing=True)
-    if decided:
-        refresh(db_session, competition, counted=decided)
+    if unseen:
+        refresh(db_session, competition, counted=counted)
     return "settled" if competition.settled else "finished"
+
+
+def _decided_after(db_session: Session, competition_id: int, through: datetime | None) -> bool:
+    """Whether a regular question of the competition was decided after `through` (any, when None)."""
+    decided = select(Question.id).where(
+        Question.competition_id == competition_id,
+        Question.gold_answer.is_(None),
+        Question.outcome.is_not(None),
+        *(() if through is None else (Question.decided_at > through,)),
+    )
+    return db_session.scalar(select(decided.exists())) is True
 
 
 @dataclass(frozen=True)
