@@ -238,12 +238,8 @@ class PolicyRunnerInTestTransaction:
         self.pending[competition_id] = self.pending.get(competition_id, 0) + decided
         return True
 
-    def take(self, competition_id: int) -> int:
-        """The count not handed over yet, taken off."""
-        return self.pending.pop(competition_id, 0)
-
     async def refresh_if_due(self, competition_id: int, ran_dry: bool) -> None:
-        counted = self.take(competition_id)
+        counted = self.pending.pop(competition_id, 0)
         await self.steps.run(
             partial(policy.refresh_if_due, competition_id=competition_id, counted=counted, ran_dry=ran_dry)
         )

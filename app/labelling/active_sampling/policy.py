@@ -107,15 +107,12 @@ def _lock_policy(db_session: Session, competition_id: int, skip_locked: bool = F
     return db_session.scalar(locked) is not None
 
 
-def dry_queue_status(db_session: Session, competition_id: int, uncounted: int = 0) -> NextItemStatus:
+def dry_queue_status(db_session: Session, competition_id: int) -> NextItemStatus:
     """What an annotator with nothing left in the active queue is told: `settled` when the ranking is, once
     the policy has rerun on the questions decided since its last run (the last images may be decided between
-    two refreshes; `uncounted`: those this server process has not handed over yet, counted first; any
-    decided after the last run's tally, which other server processes may still hold uncounted), else
+    two refreshes: any decided after the last run's tally, counted or still held by a server process), else
     `finished`; `busy` (ask again shortly) while another refresh holds the competition's row, which this
     request must not wait for (it may hold items that refresh waits for)."""
-    if uncounted:
-        count_decisions(db_session, competition_id, uncounted)
     row = db_session.execute(
         select(ActivePolicy.decided_since_refresh, ActivePolicy.tallied_through).where(
             ActivePolicy.competition_id == competition_id

@@ -97,8 +97,8 @@ class PolicyRunner:
             self.pending[competition_id] = pending
             return pending >= self.batch.get(competition_id, 1)
 
-    def take(self, competition_id: int) -> int:
-        """This process's count of the competition, taken off (to hand over)."""
+    def _take(self, competition_id: int) -> int:
+        """This process's count of the competition, taken off."""
         with self.counting:
             return self.pending.pop(competition_id, 0)
 
@@ -132,7 +132,7 @@ class PolicyRunner:
         if competition_id in self.asked:
             return
         self.asked.add(competition_id)
-        counted = self.take(competition_id)
+        counted = self._take(competition_id)
         try:
             loop = asyncio.get_running_loop()
             interval = await loop.run_in_executor(

@@ -19,7 +19,7 @@ DEFAULT_GOLD_RATE where the competition has gold but sets no rate. An annotator 
 """
 
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -118,18 +118,13 @@ def _label_set(db_session: Session, competition: LabellingSettings) -> LabelSet:
     return label_set
 
 
-def no_uncounted_decisions() -> int:
-    """No questions decided in this process wait to be handed to the policy (next_item's rerun_policy)."""
-    return 0
-
-
 def next_item(
     *,
     db_session: Session,
     competition: LabellingSettings,
     user: Labeller,
     not_now: int | None = None,
-    rerun_policy: Callable[[], int] | None = no_uncounted_decisions,
+    rerun_policy: bool = True,
 ) -> NextItem:
     """Lease the annotator an image to label: the one they hold, else a gold one with probability
     handed_out_gold_rate,
@@ -140,9 +135,8 @@ def next_item(
     it still needs; partly-voted images first, then round-robin over the pairs (by position in each pair).
     The status says why there is none: `busy` (others hold what is left), `skipped` (only images they
     skipped are left), `finished`, `settled` (active sampling: the ranking is settled, nothing useful is
-    left). Under active sampling the queue's order is the policy's (module docstring); unless rerun_policy is
-    None, an annotator with nothing left makes it rerun on the questions decided since its last run
-    (rerun_policy takes those this server process has not handed to the policy: PolicyRunner.take).
+    left). Under active sampling the queue's order is the policy's (module docstring); with rerun_policy,
+    an annotator with nothing left makes it rerun on the questions decided since its last run.
     """
     if nothing_useful_left(competition):
         return NextItem(None, "settled")
@@ -174,8 +168,8 @@ def next_item(
     any_skipped = ANY_ACTIVE_SKIPPED_FOR_USER if actively_sampled(competition) else ANY_SKIPPED_FOR_USER
     if db_session.scalar(any_skipped, skipped):
         return NextItem(None, "skipped")
-    if rerun_policy is not None and actively_sampled(competition):
-        return NextItem(None, dry_queue_status(db_session, competition.id, rerun_policy()))
+    if rerun_policy and actively_sampled(competition):
+        return NextItem(None, dry_queue_status(db_session, competition.id))
     return NextItem(None, "finished")
 
 

@@ -8,7 +8,6 @@ dependencies, are in admin_router.py.
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from typing import Annotated, TypeVar
 
 from fastapi import APIRouter, BackgroundTasks, Depends, Request
@@ -140,9 +139,7 @@ PolicyRunnerDep = Annotated[PolicyRunner, Depends(policy_runner)]
 
 
 @router.post("/next", summary="Lease the next image to label", responses=error_responses(401, 403, 404, 422))
-async def next_item(
-    db_session: SessionDep, labelling: LabellingRequestDep, policy_runner: PolicyRunnerDep
-) -> NextItemRead:
+async def next_item(db_session: SessionDep, labelling: LabellingRequestDep) -> NextItemRead:
     """The image the caller should label now with its yes/no questions, leased to them for two minutes.
 
     A reload returns the same image while the lease runs. Never an image the caller flagged or a question
@@ -151,14 +148,11 @@ async def next_item(
     sampling the images of the pairs that can still change the ranking come first, and `status` is `settled`
     once the ranking is settled (nothing useful is left).
     """
-    return await labelling.run(db_session, lambda call: _lease_next(db_session, call, policy_runner.take))
+    return await labelling.run(db_session, lambda call: _lease_next(db_session, call))
 
 
 def _lease_next(
-    db_session: Session,
-    call: LabellingCall,
-    rerun_policy: Callable[[int], int] | None,
-    not_now: int | None = None,
+    db_session: Session, call: LabellingCall, not_now: int | None = None, rerun_policy: bool = True
 ) -> NextItemRead:
     """Lease the caller's next item (never item `not_now`; rerun_policy as queue.next_item); its API
     view."""
@@ -167,7 +161,7 @@ def _lease_next(
         competition=call.competition,
         user=call.labeller,
         not_now=not_now,
-        rerun_policy=None if rerun_policy is None else partial(rerun_policy, call.competition.id),
+        rerun_policy=rerun_policy,
     )
     return NextItemRead(status=result.status, item=None if result.item is None else ItemRead.of(result.item))
 
@@ -205,7 +199,7 @@ async def submit_answers(
         )
         leased = None
         if body.next and result.paused is None:  # the policy reruns after the response, not here
-            leased = _lease_next(db_session, call, None)
+            leased = _lease_next(db_session, call, rerun_policy=False)
         active = actively_sampled(call.competition)
         ran_dry = active and leased is not None and leased.status == "finished"
         if active:
@@ -258,7 +252,7 @@ async def flag_image(body: FlagCreate, db_session: SessionDep, labelling: Labell
     "/skip", summary="Skip an image without answering", responses=error_responses(401, 403, 404, 409, 422)
 )
 async def skip_image(
-    body: SkipCreate, db_session: SessionDep, labelling: LabellingRequestDep, policy_runner: PolicyRunnerDep
+    body: SkipCreate, db_session: SessionDep, labelling: LabellingRequestDep
 ) -> NextItemRead:
     """Hand back an image without an answer (when the caller would rather not judge it; an image nobody
     could judge is flagged instead): no vote or flag is recorded, the lease ends so that others may take
@@ -271,7 +265,7 @@ async def skip_image(
         skip_item(
             db_session=db_session, competition=call.competition, user=call.labeller, item_id=body.item_id
         )
-        return _lease_next(db_session, call, policy_runner.take, not_now=body.item_id)
+        return _lease_next(db_session, call, not_now=body.item_id)
 
     return await labelling.run(db_session, skip)
 
