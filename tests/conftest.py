@@ -239,10 +239,17 @@ class PolicyRunnerInTestTransaction:
         return True
 
     async def refresh_if_due(self, competition_id: int, ran_dry: bool) -> None:
+        """The rerun and its priorities in one step (the policy's process commits those in batches)."""
         counted = self.pending.pop(competition_id, 0)
         await self.steps.run(
-            partial(policy.refresh_if_due, competition_id=competition_id, counted=counted, ran_dry=ran_dry)
+            partial(self._refresh_if_due, competition_id=competition_id, counted=counted, ran_dry=ran_dry)
         )
+
+    @staticmethod
+    def _refresh_if_due(db_session: Session, **arguments) -> None:
+        due = policy.refresh_if_due(db_session, **arguments)
+        if due.rerun is not None:
+            policy.write_levels(db_session, due.rerun.levels)
 
 
 @pytest.fixture

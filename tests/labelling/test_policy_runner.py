@@ -7,12 +7,13 @@ import re
 import signal
 
 import httpx
-from sqlalchemy import select
+from sqlalchemy import select, update
 
-from app.competitions.models import Sampling
+from app.competitions.models import Competition, Sampling
 from app.competitions.schemas import CompetitionCreate
 from app.competitions.service import create_competition
 from app.db.engine import create_db_engine, create_sessionmaker
+from app.labelling.active_sampling import policy
 from app.labelling.active_sampling.policy import set_sampling
 from app.labelling.active_sampling.policy_runner import (
     BATCHES_PER_INTERVAL,
@@ -170,3 +171,53 @@ def priorities(db_session, competition_id: int) -> dict[int, float]:
             select(LabelItem.id, LabelItem.priority).where(LabelItem.competition_id == competition_id)
         ).all()
     )
+
+
+def test_a_rerun_writes_its_priorities_in_short_transactions_and_stops_for_a_later_run(
+    fresh_database_url, monkeypatch
+):
+    competition_id = active_competition(fresh_database_url)
+    engine = create_db_engine(fresh_database_url)
+    sessions = create_sessionmaker(engine)
+    monkeypatch.setattr(policy, "LEVELS_AT_ONCE", 1)  # one item per transaction
+    try:
+        with sessions() as db_session, db_session.begin():
+            db_session.execute(update(LabelItem).values(priority=0.3))  # no level: every item changes
+            first = policy.refresh_if_due(db_session, competition_id=competition_id, ran_dry=True).rerun
+        assert first is not None and len(first.levels.item_ids) >= 3
+        assert stored_priorities(sessions, competition_id) == {
+            item_id: 0.3 for item_id in first.levels.item_ids.tolist()
+        }
+        assert policy.write_levels_in_turn(sessions, competition_id, first) == len(first.levels.item_ids)
+        assert stored_priorities(sessions, competition_id) == dict(
+            zip(first.levels.item_ids.tolist(), first.levels.priorities.tolist(), strict=True)
+        )
+
+        with sessions() as db_session, db_session.begin():
+            db_session.execute(update(LabelItem).values(priority=0.3))
+            db_session.get_one(ActivePolicy, competition_id).decided_since_refresh = 1
+            second = policy.refresh_if_due(db_session, competition_id=competition_id, ran_dry=True).rerun
+        assert second is not None
+
+        def later_run_after_one_batch():
+            """A session; after the first batch, another rerun (a dry queue's) commits in between."""
+            opened.append(True)
+            if len(opened) == 2:
+                with sessions() as db_session, db_session.begin():
+                    policy.refresh(db_session, db_session.get_one(Competition, competition_id))
+            return sessions()
+
+        opened: list[bool] = []
+        assert policy.write_levels_in_turn(later_run_after_one_batch, competition_id, second) == 1
+        # The later run read the one item written and wrote the others itself: every item at its level.
+        assert stored_priorities(sessions, competition_id) == dict(
+            zip(second.levels.item_ids.tolist(), second.levels.priorities.tolist(), strict=True)
+        )
+    finally:
+        engine.dispose()
+
+
+def stored_priorities(sessions, competition_id: int) -> dict[int, float]:
+    """Each label item's priority, by id, as committed."""
+    with sessions() as db_session:
+        return priorities(db_session, competition_id)

@@ -11,9 +11,12 @@ open pairs' priorities (a step of √2; 0 parks the item), the annotators' relia
 agreeing votes decide a question) and whether the ranking is settled (the queue then offers nothing more).
 Uniform competitions never reach any of this. Locks: the competition's row, then its items in id order
 (redecide_open; the priorities' writes pass over locked items), then its policy row, so that none waits in a
-cycle.
+cycle. The policy's process writes a rerun's priorities after committing the rest, a few hundred items per
+transaction (write_levels_in_turn): written in the rerun's own transaction, at 100,000 questions they held
+thousands of items until its commit, and a submit on one of them waited up to seconds.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -72,13 +75,43 @@ def _interval(full_design_votes: int, panel_size: int) -> int:
     return refresh_interval(full_design_votes // rules.majority(panel_size))
 
 
+@dataclass(frozen=True)
+class Levels:
+    """Items whose priority changed, and their new priorities."""
+
+    item_ids: np.ndarray
+    priorities: np.ndarray
+
+
+NO_LEVELS = Levels(np.zeros(0, dtype=np.int64), np.zeros(0))
+
+
+@dataclass(frozen=True)
+class Rerun:
+    """A rerun of the policy: its decision (None below two ranked classifiers), the priorities it changed
+    (not yet written), and its refreshed_at as stored (which run the policy row holds)."""
+
+    decision: PolicyDecision | None
+    levels: Levels
+    refreshed_at: datetime
+
+
+@dataclass(frozen=True)
+class Due:
+    """refresh_if_due's answer: the competition's refresh_interval, and the rerun if the policy reran."""
+
+    interval: int
+    rerun: Rerun | None
+
+
 def refresh_if_due(
     db_session: Session, *, competition_id: int, counted: int = 0, ran_dry: bool = False
-) -> int:
-    """Add `counted` questions decided (count_decisions), then rerun the policy if the competition still
-    samples actively and refresh_interval questions (any, when an annotator's queue ran dry) were decided
-    since the last run (another process's may have run meanwhile); the competition's refresh_interval, by
-    which the server processes batch their counts (DEFAULT_REFRESH_EVERY while it has no policy row)."""
+) -> Due:
+    """Add `counted` questions decided (count_decisions), then rerun the policy (rerun: its priorities are
+    the caller's to write) if the competition still samples actively and refresh_interval questions (any,
+    when an annotator's queue ran dry) were decided since the last run (another process's may have run
+    meanwhile); with the competition's refresh_interval, by which the server processes batch their counts
+    (DEFAULT_REFRESH_EVERY while it has no policy row)."""
     _lock_policy(db_session, competition_id)
     if counted:
         count_decisions(db_session, competition_id, counted)
@@ -89,12 +122,12 @@ def refresh_if_due(
     ).one_or_none()
     competition = db_session.get(Competition, competition_id, populate_existing=True)
     if row is None or competition is None:
-        return DEFAULT_REFRESH_EVERY
+        return Due(DEFAULT_REFRESH_EVERY, None)
     decided, full_design_votes = row
     interval = _interval(full_design_votes, competition.panel_size)
     if decided >= (1 if ran_dry else interval) and competition.sampling == Sampling.active:
-        refresh(db_session, competition, counted=decided)
-    return interval
+        return Due(interval, rerun(db_session, competition, counted=decided))
+    return Due(interval, None)
 
 
 def _lock_policy(db_session: Session, competition_id: int, skip_locked: bool = False) -> bool:
@@ -152,16 +185,23 @@ class OpenPairs:
 
 
 def refresh(db_session: Session, competition: Competition, counted: int = 0) -> PolicyDecision | None:
-    """Rerun the policy (module docstring) and write its decision; `counted`: the decided questions it
-    answers for, taken off the count. The items' priorities are read and computed first and written last,
-    so that the item locks their writes take are held only to the end of the run's short last statements.
-    None when fewer than two classifiers have pairs."""
+    """Rerun the policy (module docstring) and write its decision and the items' priorities in this
+    transaction; `counted`: the decided questions it answers for, taken off the count. None when fewer than
+    two classifiers have pairs."""
+    done = rerun(db_session, competition, counted)
+    write_levels(db_session, done.levels)
+    return done.decision
+
+
+def rerun(db_session: Session, competition: Competition, counted: int = 0) -> Rerun:
+    """Rerun the policy and write its decision but not the priorities it changed (refresh, or
+    write_levels_in_turn after this transaction commits)."""
     _lock_policy(db_session, competition.id)
     by_pair = pair_outcomes(db_session=db_session, competition=competition)
     pairs = _open_pairs(db_session, competition, by_pair)
     m = len(pairs.index_of)
     decision = None
-    levels = Levels(np.zeros(0, dtype=np.int64), np.zeros(0))
+    levels = NO_LEVELS
     if m >= 2:
         index = pairs.index_of
         outcomes = {
@@ -178,9 +218,12 @@ def refresh(db_session: Session, competition: Competition, counted: int = 0) -> 
     competition.yes_share = base_rate(totals.decided_yes, totals.decided)
     cost = active_cost(db_session, competition.id, competition.panel_size)
     db_session.flush()
-    _write_levels(db_session, levels)
     _write_policy_row(db_session, competition.id, pairs, decision, cost, counted, totals)
-    return decision
+    refreshed_at = db_session.scalar(
+        select(ActivePolicy.refreshed_at).where(ActivePolicy.competition_id == competition.id)
+    )
+    assert refreshed_at is not None  # just written
+    return Rerun(decision, levels, refreshed_at)
 
 
 def _tally(db_session: Session, competition: Competition) -> Tally:
@@ -226,14 +269,6 @@ def _open_pairs(
     return OpenPairs(index_of, open_images + open_images.T, image_of_row, pair_of_row)
 
 
-@dataclass(frozen=True)
-class Levels:
-    """Items whose priority changed, and their new priorities."""
-
-    item_ids: np.ndarray
-    priorities: np.ndarray
-
-
 def _changed_levels(
     db_session: Session, competition: Competition, pairs: OpenPairs, priority: np.ndarray
 ) -> Levels:
@@ -256,28 +291,58 @@ def _changed_levels(
     return Levels(item_ids[changed], new[changed])
 
 
-LEVELS_AT_ONCE = 1000
-"""Items one statement writes."""
+LEVELS_AT_ONCE = 250
+"""Items one statement (and, in write_levels_in_turn, one transaction) writes."""
 
 
-def _write_levels(db_session: Session, levels: Levels) -> None:
-    """Write the changed priorities, one statement per level and LEVELS_AT_ONCE items, passing over the
-    items that a request holds locked right now (SKIP LOCKED: a submit or lease never waits for a refresh,
-    nor the refresh for it); such an item keeps its old priority until the next refresh finds it changed."""
+def _batches(levels: Levels) -> list[tuple[float, list[int]]]:
+    """The changed priorities as (level, up to LEVELS_AT_ONCE item ids) batches."""
+    batches = []
     for level in np.unique(levels.priorities):
         ids = levels.item_ids[levels.priorities == level].tolist()
-        for start in range(0, len(ids), LEVELS_AT_ONCE):
-            free = (
-                select(LabelItem.id)
-                .where(LabelItem.id.in_(ids[start : start + LEVELS_AT_ONCE]))
-                .with_for_update(skip_locked=True)
+        batches += [
+            (float(level), ids[start : start + LEVELS_AT_ONCE])
+            for start in range(0, len(ids), LEVELS_AT_ONCE)
+        ]
+    return batches
+
+
+def _write_batch(db_session: Session, level: float, item_ids: list[int]) -> None:
+    """Set these items' priority to `level`, passing over the items that a request holds locked right now
+    (SKIP LOCKED: a submit or lease never waits for a refresh, nor the refresh for it); such an item keeps
+    its old priority until the next refresh finds it changed."""
+    free = select(LabelItem.id).where(LabelItem.id.in_(item_ids)).with_for_update(skip_locked=True)
+    db_session.execute(
+        update(LabelItem)
+        .where(LabelItem.id.in_(free.scalar_subquery()))
+        .values(priority=level)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def write_levels(db_session: Session, levels: Levels) -> None:
+    """Write the changed priorities in this transaction (_write_batch, one statement per batch)."""
+    for level, item_ids in _batches(levels):
+        _write_batch(db_session, level, item_ids)
+
+
+def write_levels_in_turn(sessions: Callable[[], Session], competition_id: int, done: Rerun) -> int:
+    """Write a committed rerun's changed priorities one batch per transaction, so that no item stays locked
+    longer than one batch's statement; each first takes the competition's row, as reruns do, and stops once
+    the policy row holds a later run (which read the items as written so far and writes its own changes
+    from there). The number of batches written."""
+    written = 0
+    for level, item_ids in _batches(done.levels):
+        with sessions() as db_session, db_session.begin():
+            _lock_policy(db_session, competition_id)
+            last = db_session.scalar(
+                select(ActivePolicy.refreshed_at).where(ActivePolicy.competition_id == competition_id)
             )
-            db_session.execute(
-                update(LabelItem)
-                .where(LabelItem.id.in_(free.scalar_subquery()))
-                .values(priority=float(level))
-                .execution_options(synchronize_session=False)
-            )
+            if last != done.refreshed_at:
+                return written
+            _write_batch(db_session, level, item_ids)
+        written += 1
+    return written
 
 
 def redecide_open(db_session: Session, competition: LabellingSettings) -> None:
