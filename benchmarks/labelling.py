@@ -278,11 +278,45 @@ def cpu_seconds(root_pid: int) -> float:
     return total
 
 
+class PolicyWatch:
+    """The policy's reruns seen during the labelling: each new refreshed_at of the competition's policy row,
+    polled every POLL_S, with the (perf_counter) time it was seen."""
+
+    POLL_S = 0.2
+
+    def __init__(self, url: str, competition_id: int):
+        self.engine = create_db_engine(url)
+        self.competition_id = competition_id
+        self.seen: list[float] = []
+
+    async def watch(self, stop: asyncio.Event) -> None:
+        """Poll until stop is set."""
+        last = await asyncio.to_thread(self.refreshed_at)
+        while not stop.is_set():
+            await asyncio.sleep(self.POLL_S)
+            now = await asyncio.to_thread(self.refreshed_at)
+            if now != last:
+                self.seen.append(time.perf_counter())
+                last = now
+
+    def refreshed_at(self):
+        """The policy row's refreshed_at (None before the first run)."""
+        with self.engine.connect() as connection:
+            return connection.exec_driver_sql(
+                f"SELECT refreshed_at FROM active_policies WHERE competition_id = {int(self.competition_id)}"
+            ).scalar()
+
+    def between(self, start: float, end: float) -> int:
+        """Reruns seen in [start, end)."""
+        return sum(start <= at < end for at in self.seen)
+
+
 async def phase(
     tasks_of, warmup_s: float, duration_s: float, server_pid: int, after_warmup=None
-) -> tuple[float, float]:
+) -> tuple[float, float, float]:
     """Start tasks_of(stop, measuring), measure for duration_s after warmup_s (and after_warmup(), run in a
-    thread, if given), stop them; the seconds measured and the server's CPU seconds in that time."""
+    thread, if given), stop them; the seconds measured, the server's CPU seconds in that time, and when
+    measuring started (perf_counter)."""
     stop, measuring = asyncio.Event(), asyncio.Event()
     tasks = [asyncio.create_task(task) for task in tasks_of(stop, measuring)]
     await asyncio.sleep(warmup_s)
@@ -295,26 +329,32 @@ async def phase(
     elapsed, cpu = time.perf_counter() - started, cpu_seconds(server_pid) - cpu_started
     stop.set()
     await asyncio.gather(*tasks)
-    return elapsed, cpu
+    return elapsed, cpu, started
 
 
 async def load(
-    crowd: list[Annotator], args: argparse.Namespace, server_pid: int, database: Database
-) -> tuple[float, float]:
-    """The baseline, then the labelling; the labelling's seconds measured and server CPU seconds."""
+    crowd: list[Annotator], args: argparse.Namespace, server_pid: int, database: Database, watch: PolicyWatch
+) -> tuple[float, float, int]:
+    """The baseline, then the labelling; the labelling's seconds measured, server CPU seconds, and the
+    policy's reruns seen while measuring."""
     await phase(
         lambda stop, measuring: [a.run_baseline(stop, measuring) for a in crowd],
         BASELINE_WARMUP_S,
         args.baseline_duration,
         server_pid,
     )
-    return await phase(
+    watching = asyncio.Event()
+    watcher = asyncio.create_task(watch.watch(watching))
+    elapsed, cpu, started = await phase(
         lambda stop, measuring: [a.run(stop, measuring) for a in crowd],
         args.warmup,
         args.duration,
         server_pid,
         after_warmup=None if args.skip_analyze else database.analyze,
     )
+    watching.set()
+    await watcher
+    return elapsed, cpu, watch.between(started, started + elapsed)
 
 
 def percentile(values: list[float], q: float, name: str, warnings: list[str]) -> float | None:
@@ -356,7 +396,9 @@ def run(args: argparse.Namespace) -> dict:
             )
             for seed, token in enumerate(tokens)
         ]
-        elapsed, server_cpu_s = asyncio.run(load(crowd, args, server.process.pid, database))
+        watch = PolicyWatch(database.url, competition_id)
+        elapsed, server_cpu_s, reruns = asyncio.run(load(crowd, args, server.process.pid, database, watch))
+        watch.engine.dispose()
         answers = sum(annotator.answers for annotator in crowd)
         samples = {
             name: [value for annotator in crowd for value in getattr(annotator, f"{name}_ms")]
@@ -392,6 +434,7 @@ def run(args: argparse.Namespace) -> dict:
             "submit_p99_ms": latency["submit_p99_ms"],
             "submit_p99_vs_baseline": ratio(latency["submit_p99_ms"], latency["baseline_p99_ms"]),
             "server_cpu_ms_per_answer": round(1000 * server_cpu_s / max(answers, 1), 2),
+            "policy_reruns_measured": reruns,
             "load_average_1min": round(os.getloadavg()[0], 1),
             "warnings": warnings,
             "errors": [error for annotator in crowd for error in annotator.errors],
