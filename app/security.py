@@ -5,10 +5,13 @@ import hmac
 import secrets
 from functools import cache
 
-from argon2 import PasswordHasher
+from argon2 import PasswordHasher, profiles
 from argon2.exceptions import InvalidHashError, VerificationError
 
-_password_hasher = PasswordHasher()
+PASSWORD_PARAMETERS = profiles.RFC_9106_LOW_MEMORY
+"""Argon2id at RFC 9106's second recommended setting (t = 3, 64 MiB, 4 lanes; argon2-cffi's default)."""
+
+_password_hasher = PasswordHasher.from_parameters(PASSWORD_PARAMETERS)
 
 API_TOKEN_PREFIX = "mad_"
 

@@ -16,10 +16,12 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from argon2 import PasswordHasher, profiles
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
+from app import security
 from app.db.engine import create_db_engine
 from app.db.session import database_steps, get_session
 from app.labelling.active_sampling import policy
@@ -34,6 +36,12 @@ POSTGRES_URL = os.environ.get("MAD_TEST_POSTGRES_URL", "postgresql+psycopg://roo
 BACKENDS = ("sqlite", "postgres")
 TEST_SECRET_KEY = "test-secret-key-" + "x" * 32
 TEST_PASSWORD = "correct horse battery"
+
+security._password_hasher = PasswordHasher.from_parameters(profiles.CHEAPEST)
+"""In this test process, Argon2id at argon2-cffi's cheapest parameters (its documented choice for tests):
+at the service's (security.PASSWORD_PARAMETERS, 0.25 s of two cores a hash) the accounts and sign-ins of the
+suite took minutes. Servers the tests start as subprocesses hash as the service does;
+tests/foundation/test_auth.py checks those parameters."""
 
 if "PYTEST_XDIST_WORKER" in os.environ:
     # pytest-xdist's workers start with COLUMNS=80 and LINES=24 in their environment, which the CLI's rich

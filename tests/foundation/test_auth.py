@@ -3,8 +3,10 @@
 import re
 
 import pytest
+from argon2 import PasswordHasher, extract_parameters, profiles
 from sqlalchemy import select
 
+from app import security
 from app.users.auth import require_admin
 from app.users.models import ApiToken, User
 from tests.conftest import TEST_PASSWORD
@@ -44,6 +46,13 @@ def test_secrets_are_stored_hashed(db_session, client, admin, admin_headers):
     assert token not in stored and all(len(value) == 64 for value in stored)
     assert admin.password_hash.startswith("$argon2id$")
     assert TEST_PASSWORD not in admin.password_hash
+
+
+def test_the_service_hashes_passwords_at_rfc_9106s_parameters():
+    # The tests' own processes hash at argon2-cffi's cheapest parameters (tests/conftest.py); the service not.
+    hashed = PasswordHasher.from_parameters(security.PASSWORD_PARAMETERS).hash(TEST_PASSWORD)
+    assert hashed.startswith("$argon2id$v=19$m=65536,t=3,p=4$")
+    assert extract_parameters(hashed) == profiles.RFC_9106_LOW_MEMORY
 
 
 def test_paused_account_loses_its_token(
