@@ -386,3 +386,31 @@ def pytest_xdist_auto_num_workers(config) -> int:
         (config.invocation_params.dir / arg.split("::")[0]).is_dir() for arg in config.args
     )
     return int(os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", TEST_WORKERS)) if covers_a_directory else 0
+
+
+SLOWEST_FILES = (
+    "tests/jobs/test_local_workers.py",
+    "tests/reliability/test_fuzz.py",
+    "tests/jobs/test_worker_pipeline.py",
+    "tests/jobs/test_worker_faults.py",
+    "tests/reliability/test_faults.py",
+    "tests/web/test_site.py",
+    "tests/labelling/test_active.py",
+    "tests/reliability/test_scale.py",
+    "tests/labelling/test_concurrency.py",
+    "tests/demo/test_demo.py",
+    "tests/migrations/test_upgrades.py",
+    "tests/reliability/test_leaks.py",
+    "tests/labelling/test_policy_runner.py",
+    "tests/jobs/test_data_path.py",
+)
+"""The files that took longest in the suite (seconds of its wall time per file, from `--junitxml`; README,
+"Development"), slowest first."""
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """Run SLOWEST_FILES first, each file's tests in their order, then the rest as collected: with whole
+    files per process (`--dist loadfile`), a slow file handed out last kept its process busy minutes after
+    the others had finished. The same order in every process, as pytest-xdist requires."""
+    first = {path: rank for rank, path in enumerate(SLOWEST_FILES)}
+    items.sort(key=lambda item: first.get(item.nodeid.split("::")[0], len(first)))

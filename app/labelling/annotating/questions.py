@@ -8,13 +8,12 @@ translates that form (app/locale, README "Adding a language").
 """
 
 from functools import cache
-
-import inflect
+from typing import TYPE_CHECKING
 
 from app.i18n import N_, SOURCE_LOCALE, translations
 
-_ENGLISH = inflect.engine()
-"""Picks "a" or "an" by the sound of the word ("a one", "an hour", "a unicycle"), not its first letter."""
+if TYPE_CHECKING:
+    import inflect
 
 WITHOUT_ARTICLE = N_("Does this image show this: {name}?")
 """The question in a language other than English: the class name stands alone, after a colon."""
@@ -26,5 +25,15 @@ def question_text(class_name: str, locale: str = SOURCE_LOCALE) -> str:
     once per class name and language: inflect's article took a few per cent of the server's time per
     answer."""
     if locale == SOURCE_LOCALE:
-        return f"Does this image contain {_ENGLISH.a(class_name)}?"
+        return f"Does this image contain {_english().a(class_name)}?"
     return translations(locale).gettext(WITHOUT_ARTICLE).format(name=class_name)
+
+
+@cache
+def _english() -> "inflect.engine":
+    """inflect's engine, which picks "a" or "an" by the sound of the word ("a one", "an hour", "a unicycle"),
+    not its first letter; imported at the first English question, since importing inflect takes 1.6 s of
+    CPU (typeguard instruments its functions) that every server process and `mad` command paid at start."""
+    import inflect
+
+    return inflect.engine()
