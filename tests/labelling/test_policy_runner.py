@@ -150,7 +150,8 @@ def test_a_failed_rerun_shows_on_the_admin_page_and_in_the_metrics_while_labelli
 
             assert answer_one_item(http, competition_id, annotator)["status"] in ("item", "finished")
             wait_for(lambda: counted(fresh_database_url, competition_id) == 0, "a rerun in a new process")
-            assert failure_shown(admin_page(http, page, admin)) is None
+            # The failure is cleared once the rerun has also written its priorities (after its commit).
+            wait_for(lambda: failure_shown(admin_page(http, page, admin)) is None, "the failure cleared")
             assert failures_counted(http, competition_id) == counted_before + 1
 
 
