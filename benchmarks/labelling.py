@@ -32,7 +32,7 @@ latency with no sample rather than a number.
 
 --sampling active runs the same load on a competition under Active MAD (issue 24): the policy runs once
 before the load, then after the responses that bring its refresh due, as the service does;
-policy_reruns_measured counts the reruns seen while measuring (the policy row's refreshed_at, polled every 0.2 s).
+policy_reruns_measured counts the reruns seen while measuring (its refreshed_at, polled every 0.2 s).
 """
 
 from __future__ import annotations
