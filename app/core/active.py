@@ -40,6 +40,10 @@ REFRESH_PARTS = 100
 LOWEST_LEVEL = -16
 """An item's priority is a power of √2, 2^-16 at least (or 0, parked): priority_levels. One image's worth
 is at least 1/R/(k+1) per open pair (2^-12.6 for R = 200, k = 30)."""
+FOLD_REFRESHES = 4
+"""A rerun keeps exact the levels of the items the queue may reach before the next: the worthiest
+FOLD_REFRESHES × refresh_interval (in items, against refresh_interval questions decided between reruns, of
+one or more per item: kept_levels)."""
 DEFAULT_UNIFORM_FLOOR = 0.05
 """Share of next-item picks that ignore the priorities (uniform order), so that no open pair starves."""
 DEFAULT_GOLD_RATE = 0.02
@@ -300,12 +304,31 @@ def refresh_interval(questions: int, every: int = DEFAULT_REFRESH_EVERY) -> int:
 
 
 def priority_levels(worth: np.ndarray) -> np.ndarray:
-    """The queue's priority of items worth `worth` (image_priorities): √2^ℓ with ℓ = max(2·LOWEST_LEVEL,
-    ⌊2·log2 worth⌋), 0 (parked) for no worth. Steps of √2 so that a rerun rewrites only the items whose worth
-    crossed one, and so that each step holds items of many pairs: the images the queue hands out between two
-    reruns spread over the pairs that are worth about as much (in `mad simulate`, the steps of 2^(1/4) and
-    exact worths spent more votes, steps of 2 as many and rewrote fewer items); within a step the queue keeps
-    its uniform order."""
+    """The queue's priority of items worth `worth` (image_priorities): √2^(ℓ − ℓ_top) with ℓ = ⌊2·log2 worth⌋
+    and ℓ_top the worthiest item's, at least √2^(2·LOWEST_LEVEL), 0 (parked) for no worth. Steps of √2 so
+    that each step holds items of many pairs: the images the queue hands out between two reruns spread over
+    the pairs that are worth about as much (in `mad simulate`, the steps of 2^(1/4) and exact worths spent
+    more votes, steps of 2 as many); within a step the queue keeps its uniform order. Relative to the
+    worthiest item, because every worth shrinks as labels come in and the queue needs only their order: the
+    levels do not drift with the scale, so a rerun need not rewrite items whose place did not change."""
     positive = worth > 0
-    steps = np.maximum(2 * LOWEST_LEVEL, np.floor(2 * np.log2(np.where(positive, worth, 1.0))))
+    steps = np.floor(2 * np.log2(np.where(positive, worth, 1.0)))
+    top = steps[positive].max() if positive.any() else 0.0
+    steps = np.maximum(2 * LOWEST_LEVEL, steps - top)
     return np.where(positive, np.exp2(steps / 2), 0.0)
+
+
+def kept_levels(stored: np.ndarray, new: np.ndarray, fold: int) -> np.ndarray:
+    """The priorities a rerun leaves stored: `new` where it moved more than one step of √2 from `stored`
+    (parking and unparking always), except below the fold, where both lie under the level of the item
+    ranked `fold` by `new`: the queue hands out the items above it first and reruns before it gets further.
+    Between two reruns of a 10,000-question competition a quarter of the items' worths moved a step or more
+    (benchmarks/labelling.py), while the queue handed out a few hundred; each write leaves a dead tuple in
+    the queue's index, which its next scans step over."""
+    both = (stored > 0) & (new > 0)
+    steps = 2 * np.log2(np.where(both, new, 1.0) / np.where(both, stored, 1.0))
+    moved = ~both | (np.abs(steps) >= 1.5)
+    if fold < len(new):
+        line = -np.partition(-new, fold)[fold]
+        moved &= ~(both & (stored < line) & (new < line))
+    return np.where(moved, new, stored)

@@ -24,9 +24,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.core.active import (
+    FOLD_REFRESHES,
     active_policy,
     decided_early,
     image_priorities,
+    kept_levels,
     priority_levels,
     refresh_interval,
 )
@@ -194,14 +196,15 @@ class _Queue:
             still_open[i, j] = still_open[j, i] = count
         return still_open
 
-    def refresh(self, settings: ActiveSettings) -> bool:
+    def refresh(self, settings: ActiveSettings, fold: int) -> bool:
         """Reliability and policy recomputed, each image's priority the `priority_levels` of its
-        `image_priorities`; True when settled."""
+        `image_priorities` as a rerun stores them (`kept_levels` with this fold); True when settled."""
         self.crowdwatch.refresh(settings.gold_rate)
         counts = counts_of(self.design, self.answers)
         decision = active_policy(counts, self.open_images(), alpha=settings.alpha)
         worth = image_priorities(decision.priority, self.pair_of_row, self.image_of_row, len(self.priority))
-        self.priority = priority_levels(worth)
+        worth[self.done] = 0.0  # as the service, whose rerun sees only the open images
+        self.priority = kept_levels(self.priority, priority_levels(worth), fold)
         self.priority_order = np.lexsort((self.shuffle, -self.priority))
         return decision.settled
 
@@ -234,7 +237,7 @@ def label_active(
     while True:
         if since_refresh >= every:
             since_refresh = 0
-            if queue.refresh(settings):
+            if queue.refresh(settings, FOLD_REFRESHES * every):
                 break
         image = queue.next_image(uniform=rng.random() < settings.uniform_floor)
         if image is None:

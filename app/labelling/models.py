@@ -319,6 +319,9 @@ class ActivePolicy(Base):
     expected_swaps: Mapped[float | None]
     """At the last refresh: the pairs of neighbours in the ranking that full MAD is expected to reverse
     (app.core.active.active_policy); null before the first."""
+    resting_until: Mapped[datetime | None]
+    """No rerun is due before this time, except for an annotator whose queue ran dry: after a rerun that took
+    t seconds, POLICY_REST × t later (app.labelling.active_sampling.policy); null before the first."""
 
 
 class AnnotatorReliability(Base):

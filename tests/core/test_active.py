@@ -9,6 +9,7 @@ from app.core.active import (
     decided_early,
     forecast_full_mad,
     image_priorities,
+    kept_levels,
     neighbour_flips,
     priority_levels,
     refresh_interval,
@@ -167,10 +168,39 @@ def test_the_policy_reruns_every_20_decisions_or_every_hundredth_of_the_question
     assert refresh_interval(500, every=5) == 5
 
 
-def test_priority_levels_are_steps_of_the_square_root_of_two():
+def test_priority_levels_are_steps_of_the_square_root_of_two_below_the_worthiest_item():
     worth = np.array([3.0, 2.0, 1.6, 1.4, 1.0, 0.3, 1e-9, 0.0])
     levels = priority_levels(worth)
-    assert levels == pytest.approx([2**1.5, 2.0, 2**0.5, 1.0, 1.0, 2**-2, 2.0**LOWEST_LEVEL, 0.0])
+    top = 2**1.5  # ⌊2·log2 3⌋ = 3 steps
+    expected = np.array([2**1.5, 2.0, 2**0.5, 1.0, 1.0, 2**-2, 0.0, 0.0]) / top
+    expected[6] = 2.0**LOWEST_LEVEL
+    assert levels == pytest.approx(expected)
     above_the_floor = worth > 1e-4
-    assert (worth[above_the_floor] / 2**0.5 < levels[above_the_floor]).all()
-    assert (levels[above_the_floor] <= worth[above_the_floor]).all()
+    assert (worth[above_the_floor] / 2**0.5 < levels[above_the_floor] * top).all()
+    assert (levels[above_the_floor] * top <= worth[above_the_floor] * (1 + 1e-12)).all()
+
+
+def test_priority_levels_do_not_move_when_every_worth_shrinks_alike():
+    worth = np.random.default_rng(0).lognormal(-6, 2, size=500)
+    levels = priority_levels(worth)
+    assert (priority_levels(worth / 2**3.5) == levels).all()
+    shrunk = priority_levels(worth / 3.0)
+    assert (np.abs(2 * np.log2(shrunk / levels)) <= 1 + 1e-9).all()
+    assert (shrunk != levels).any()
+
+
+def test_a_rerun_keeps_the_stored_level_within_one_step_and_rewrites_the_rest():
+    stored = np.array([1.0, 1.0, 1.0, 1.0, 0.5, 0.0, 0.25])
+    new = np.array([1.0, 2**-0.5, 2**0.5, 0.5, 2**-0.5, 2**-0.5, 0.0])
+    kept = kept_levels(stored, new, fold=len(new))
+    assert kept.tolist() == [1.0, 1.0, 1.0, 0.5, 0.5, 2**-0.5, 0.0]
+
+
+def test_below_the_fold_a_rerun_keeps_the_stored_levels_and_above_it_writes_them():
+    stored = np.array([2**-3, 1.0, 2**-4, 2**-4, 1.0, 2**-2, 2**-7])
+    new = np.array([1.0, 2**-3, 2**-1, 2**-5, 2**-6, 0.0, 2**-4])
+    # By `new`, the line of fold 2 is the third item's level, 2**-3: items 0, 2 and 1 are at it or above.
+    assert kept_levels(stored, new, fold=2).tolist() == [1.0, 2**-3, 2**-1, 2**-4, 2**-6, 0.0, 2**-7]
+    # Items 3 and 6 lay and lie below the line: kept, the queue reaches neither before the next rerun; item
+    # 4 fell from above it and item 5 is parked: written. With the fold at every item, all are written.
+    assert (kept_levels(stored, new, fold=len(new)) == new).all()

@@ -5,6 +5,8 @@ import asyncio
 import os
 import re
 import signal
+from dataclasses import replace
+from datetime import datetime, timedelta
 
 import httpx
 from sqlalchemy import select, update
@@ -12,6 +14,7 @@ from sqlalchemy import select, update
 from app.competitions.models import Competition, Sampling
 from app.competitions.schemas import CompetitionCreate
 from app.competitions.service import create_competition
+from app.db.base import utcnow
 from app.db.engine import create_db_engine, create_sessionmaker
 from app.labelling.active_sampling import policy
 from app.labelling.active_sampling.policy import set_sampling
@@ -53,6 +56,17 @@ def counted(url: str, competition_id: int) -> int:
     return count
 
 
+def resting_until(url: str, competition_id: int) -> datetime | None:
+    """Until when the competition's policy rests."""
+    engine = create_db_engine(url)
+    with create_sessionmaker(engine)() as db_session:
+        until = db_session.scalar(
+            select(ActivePolicy.resting_until).where(ActivePolicy.competition_id == competition_id)
+        )
+    engine.dispose()
+    return until
+
+
 def test_the_policy_reruns_in_a_process_of_its_own_started_again_if_it_died(fresh_database_url):
     competition_id = active_competition(fresh_database_url)
     runner = PolicyRunner(fresh_database_url)
@@ -63,6 +77,7 @@ def test_the_policy_reruns_in_a_process_of_its_own_started_again_if_it_died(fres
         assert runner.start().submit(os.nice, 0).result(timeout=60) == os.nice(0) + POLICY_NICENESS
         asyncio.run(runner.refresh_if_due(competition_id, ran_dry=True))  # any counted question, as when dry
         assert counted(fresh_database_url, competition_id) == 0
+        assert resting_until(fresh_database_url, competition_id) is not None  # its rest began
         os.kill(pid, signal.SIGKILL)
         asyncio.run(runner.refresh_if_due(competition_id, ran_dry=True))  # kept for the admin, not raised
         assert "terminated abruptly" in runner.failures[competition_id].error
@@ -183,11 +198,11 @@ def test_a_rerun_writes_its_priorities_in_short_transactions_and_stops_for_a_lat
     monkeypatch.setattr(policy, "LEVELS_AT_ONCE", 1)  # one item per transaction
     try:
         with sessions() as db_session, db_session.begin():
-            db_session.execute(update(LabelItem).values(priority=0.3))  # no level: every item changes
+            db_session.execute(update(LabelItem).values(priority=1e-9))  # below every level: all rewritten
             first = policy.refresh_if_due(db_session, competition_id=competition_id, ran_dry=True).rerun
         assert first is not None and len(first.levels.item_ids) >= 3
         assert stored_priorities(sessions, competition_id) == {
-            item_id: 0.3 for item_id in first.levels.item_ids.tolist()
+            item_id: 1e-9 for item_id in first.levels.item_ids.tolist()
         }
         assert policy.write_levels_in_turn(sessions, competition_id, first) == len(first.levels.item_ids)
         assert stored_priorities(sessions, competition_id) == dict(
@@ -195,7 +210,7 @@ def test_a_rerun_writes_its_priorities_in_short_transactions_and_stops_for_a_lat
         )
 
         with sessions() as db_session, db_session.begin():
-            db_session.execute(update(LabelItem).values(priority=0.3))
+            db_session.execute(update(LabelItem).values(priority=1e-9))
             db_session.get_one(ActivePolicy, competition_id).decided_since_refresh = 1
             second = policy.refresh_if_due(db_session, competition_id=competition_id, ran_dry=True).rerun
         assert second is not None
@@ -222,3 +237,38 @@ def stored_priorities(sessions, competition_id: int) -> dict[int, float]:
     """Each label item's priority, by id, as committed."""
     with sessions() as db_session:
         return priorities(db_session, competition_id)
+
+
+def test_after_a_rerun_the_policy_rests_four_times_as_long_unless_a_queue_ran_dry(fresh_database_url):
+    competition_id = active_competition(fresh_database_url)  # refresh_interval 20
+    engine = create_db_engine(fresh_database_url)
+    sessions = create_sessionmaker(engine)
+
+    def due(decided: int, ran_dry: bool) -> policy.Rerun | None:
+        """refresh_if_due with `decided` questions counted since the last rerun."""
+        with sessions() as db_session, db_session.begin():
+            db_session.get_one(ActivePolicy, competition_id).decided_since_refresh = decided
+            return policy.refresh_if_due(db_session, competition_id=competition_id, ran_dry=ran_dry).rerun
+
+    try:
+        done = due(20, ran_dry=False)
+        assert done is not None
+        took_10_s = replace(done, started=done.started - timedelta(seconds=10))
+        before = utcnow()
+        with sessions() as db_session, db_session.begin():
+            policy.rest(db_session, competition_id, took_10_s)
+        after = utcnow()
+        until = resting_until(fresh_database_url, competition_id)
+        assert until is not None
+        start = took_10_s.started
+        assert 5 * (before - start) <= until - start <= 5 * (after - start)  # rest = 4 × (now − start)
+        assert due(20, ran_dry=False) is None  # resting: the count stays for later
+        assert due(1, ran_dry=True) is not None  # an annotator with nothing left does not wait
+        with sessions() as db_session, db_session.begin():
+            policy.rest(db_session, competition_id, took_10_s)  # a later run holds the row: no rest
+        assert resting_until(fresh_database_url, competition_id) == until
+        with sessions() as db_session, db_session.begin():
+            db_session.get_one(ActivePolicy, competition_id).resting_until = utcnow() - timedelta(seconds=1)
+        assert due(20, ran_dry=False) is not None
+    finally:
+        engine.dispose()

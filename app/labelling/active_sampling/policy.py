@@ -5,10 +5,11 @@ Each server process counts the questions its answers decide and hands them to th
 batches (app.labelling.active_sampling.policy_runner), which adds them to the competition's count
 (count_decisions, one upsert per batch: an upsert per answer made every deciding submit wait for the row
 through the commits of the others); once refresh_interval are decided (20, or a hundredth of the questions
-when that is more), the policy reruns there (refresh_if_due): on
+when that is more) and it is not resting (POLICY_REST), the policy reruns there (refresh_if_due): on
 the pairs' labelled outcomes and open images it gives each label item the priority_levels of the sum of its
-open pairs' priorities (a step of √2; 0 parks the item), the annotators' reliability (which may let fewer
-agreeing votes decide a question) and whether the ranking is settled (the queue then offers nothing more).
+open pairs' priorities (a step of √2, as kept_levels keeps them; 0 parks the item), the annotators'
+reliability (which may let fewer agreeing votes decide a question) and whether the ranking is settled (the
+queue then offers nothing more).
 Uniform competitions never reach any of this. Locks: the competition's row, then its items in id order
 (redecide_open; the priorities' writes pass over locked items), then its policy row, so that none waits in a
 cycle. The policy's process writes a rerun's priorities after committing the rest, a few hundred items per
@@ -29,9 +30,11 @@ from app.classifiers.service import list_classifiers
 from app.competitions.models import Competition, Sampling
 from app.core.active import (
     DEFAULT_REFRESH_EVERY,
+    FOLD_REFRESHES,
     PolicyDecision,
     active_policy,
     image_priorities,
+    kept_levels,
     priority_levels,
     refresh_interval,
 )
@@ -89,11 +92,13 @@ NO_LEVELS = Levels(np.zeros(0, dtype=np.int64), np.zeros(0))
 @dataclass(frozen=True)
 class Rerun:
     """A rerun of the policy: its decision (None below two ranked classifiers), the priorities it changed
-    (not yet written), and its refreshed_at as stored (which run the policy row holds)."""
+    (not yet written), its refreshed_at as stored (which run the policy row holds), and when it started."""
 
     decision: PolicyDecision | None
     levels: Levels
     refreshed_at: datetime
+    started: datetime
+    """When it took the competition's row (the start of the time it rests for)."""
 
 
 @dataclass(frozen=True)
@@ -116,18 +121,42 @@ def refresh_if_due(
     if counted:
         count_decisions(db_session, competition_id, counted)
     row = db_session.execute(
-        select(ActivePolicy.decided_since_refresh, ActivePolicy.full_design_votes).where(
-            ActivePolicy.competition_id == competition_id
-        )
+        select(
+            ActivePolicy.decided_since_refresh, ActivePolicy.full_design_votes, ActivePolicy.resting_until
+        ).where(ActivePolicy.competition_id == competition_id)
     ).one_or_none()
     competition = db_session.get(Competition, competition_id, populate_existing=True)
     if row is None or competition is None:
         return Due(DEFAULT_REFRESH_EVERY, None)
-    decided, full_design_votes = row
+    decided, full_design_votes, resting_until = row
     interval = _interval(full_design_votes, competition.panel_size)
-    if decided >= (1 if ran_dry else interval) and competition.sampling == Sampling.active:
+    due = decided >= 1 if ran_dry else decided >= interval and not _resting(resting_until)
+    if due and competition.sampling == Sampling.active:
         return Due(interval, rerun(db_session, competition, counted=decided))
     return Due(interval, None)
+
+
+POLICY_REST = 4.0
+"""After a rerun that took t seconds (from taking the competition's row to writing its last priority), no
+other is due for POLICY_REST × t, except for an annotator whose queue ran dry: reruns take at most a fifth of
+the time, however large the competition and however fast its answers come. At 10,000 questions and 400
+answers/s (benchmarks/labelling.py) the policy otherwise reran back to back, more than once a second."""
+
+
+def _resting(resting_until: datetime | None) -> bool:
+    """Whether the policy still rests after its last rerun (POLICY_REST)."""
+    return resting_until is not None and utcnow() < resting_until
+
+
+def rest(db_session: Session, competition_id: int, done: Rerun) -> None:
+    """Start the rest after a rerun whose priorities are written: resting_until = now + POLICY_REST × (now −
+    its start), unless a later run holds the policy row."""
+    now = utcnow()
+    db_session.execute(
+        update(ActivePolicy)
+        .where(ActivePolicy.competition_id == competition_id, ActivePolicy.refreshed_at == done.refreshed_at)
+        .values(resting_until=now + POLICY_REST * (now - done.started))
+    )
 
 
 def _lock_policy(db_session: Session, competition_id: int, skip_locked: bool = False) -> bool:
@@ -197,8 +226,10 @@ def rerun(db_session: Session, competition: Competition, counted: int = 0) -> Re
     """Rerun the policy and write its decision but not the priorities it changed (refresh, or
     write_levels_in_turn after this transaction commits)."""
     _lock_policy(db_session, competition.id)
+    started = utcnow()
     by_pair = pair_outcomes(db_session=db_session, competition=competition)
     pairs = _open_pairs(db_session, competition, by_pair)
+    cost = active_cost(db_session, competition.id, competition.panel_size)
     m = len(pairs.index_of)
     decision = None
     levels = NO_LEVELS
@@ -211,19 +242,19 @@ def rerun(db_session: Session, competition: Competition, counted: int = 0) -> Re
         }
         counts = count_outcomes(outcomes, m)
         decision = active_policy(counts, pairs.open_images, alpha=competition.smoothing)
-        levels = _changed_levels(db_session, competition, pairs, decision.priority)
+        fold = FOLD_REFRESHES * _interval(cost.full_design_votes, competition.panel_size)
+        levels = _changed_levels(db_session, competition, pairs, decision.priority, fold)
         competition.settled = decision.settled and bool(counts.n.sum())
     totals = _tally(db_session, competition)
     refit(db_session, competition.id)
     competition.yes_share = base_rate(totals.decided_yes, totals.decided)
-    cost = active_cost(db_session, competition.id, competition.panel_size)
     db_session.flush()
     _write_policy_row(db_session, competition.id, pairs, decision, cost, counted, totals)
     refreshed_at = db_session.scalar(
         select(ActivePolicy.refreshed_at).where(ActivePolicy.competition_id == competition.id)
     )
     assert refreshed_at is not None  # just written
-    return Rerun(decision, levels, refreshed_at)
+    return Rerun(decision, levels, refreshed_at, started)
 
 
 def _tally(db_session: Session, competition: Competition) -> Tally:
@@ -270,10 +301,10 @@ def _open_pairs(
 
 
 def _changed_levels(
-    db_session: Session, competition: Competition, pairs: OpenPairs, priority: np.ndarray
+    db_session: Session, competition: Competition, pairs: OpenPairs, priority: np.ndarray, fold: int
 ) -> Levels:
-    """The items whose priority changed: priority_levels of their image_priorities over their open pairs
-    (the sum of their priority[i, j]; 0 parks an item)."""
+    """The items whose priority a rerun rewrites: kept_levels (with this fold) of their priority_levels of
+    their image_priorities over their open pairs (the sum of their priority[i, j]; 0 parks an item)."""
     statement = (
         select(LabelItem.image_id, LabelItem.id, LabelItem.priority)
         .where(LabelItem.competition_id == competition.id)
@@ -286,7 +317,7 @@ def _changed_levels(
     position = np.searchsorted(image_ids, pairs.image_of_row).clip(max=max(len(rows) - 1, 0))
     known = image_ids[position] == pairs.image_of_row if len(rows) else np.zeros(0, dtype=bool)
     worth = image_priorities(priority, pairs.pair_of_row[known], position[known], len(rows))
-    new = priority_levels(worth)
+    new = kept_levels(old, priority_levels(worth), fold)
     changed = new != old
     return Levels(item_ids[changed], new[changed])
 

@@ -37,7 +37,7 @@ _sessions: dict[str, sessionmaker[Session]] = {}
 def refresh_if_due_at(url: str, competition_id: int, counted: int, ran_dry: bool) -> int:
     """policy.refresh_if_due in a transaction of its own on the database at `url` (this process's sessions
     of it, made at the first call), then the rerun's priorities in short transactions of their own
-    (policy.write_levels_in_turn); the competition's refresh_interval."""
+    (policy.write_levels_in_turn), then its rest (policy.rest); the competition's refresh_interval."""
     if url not in _sessions:
         _sessions[url] = create_sessionmaker(create_db_engine(url, pool_size=1))
     with _sessions[url]() as db_session, db_session.begin():
@@ -46,6 +46,8 @@ def refresh_if_due_at(url: str, competition_id: int, counted: int, ran_dry: bool
         )
     if due.rerun is not None:
         policy.write_levels_in_turn(_sessions[url], competition_id, due.rerun)
+        with _sessions[url]() as db_session, db_session.begin():
+            policy.rest(db_session, competition_id, due.rerun)
     return due.interval
 
 
