@@ -253,6 +253,9 @@ def test_after_a_rerun_the_policy_rests_four_times_as_long_unless_a_queue_ran_dr
     try:
         done = due(20, ran_dry=False)
         assert done is not None
+        # Resting already while its priorities are written: another server process's rerun is not due.
+        first_rest = resting_until(fresh_database_url, competition_id)
+        assert first_rest is not None and first_rest > done.refreshed_at
         took_10_s = replace(done, started=done.started - timedelta(seconds=10))
         before = utcnow()
         with sessions() as db_session, db_session.begin():
@@ -264,9 +267,10 @@ def test_after_a_rerun_the_policy_rests_four_times_as_long_unless_a_queue_ran_dr
         assert 5 * (before - start) <= until - start <= 5 * (after - start)  # rest = 4 × (now − start)
         assert due(20, ran_dry=False) is None  # resting: the count stays for later
         assert due(1, ran_dry=True) is not None  # an annotator with nothing left does not wait
+        after_the_dry_rerun = resting_until(fresh_database_url, competition_id)
         with sessions() as db_session, db_session.begin():
             policy.rest(db_session, competition_id, took_10_s)  # a later run holds the row: no rest
-        assert resting_until(fresh_database_url, competition_id) == until
+        assert resting_until(fresh_database_url, competition_id) == after_the_dry_rerun
         with sessions() as db_session, db_session.begin():
             db_session.get_one(ActivePolicy, competition_id).resting_until = utcnow() - timedelta(seconds=1)
         assert due(20, ran_dry=False) is not None

@@ -113,10 +113,11 @@ def refresh_if_due(
     db_session: Session, *, competition_id: int, counted: int = 0, ran_dry: bool = False
 ) -> Due:
     """Add `counted` questions decided (count_decisions), then rerun the policy (rerun: its priorities are
-    the caller's to write) if the competition still samples actively and refresh_interval questions (any,
-    when an annotator's queue ran dry) were decided since the last run (another process's may have run
-    meanwhile); with the competition's refresh_interval, by which the server processes batch their counts
-    (DEFAULT_REFRESH_EVERY while it has no policy row)."""
+    the caller's to write, and it rests meanwhile) if the competition still samples actively and
+    refresh_interval questions were decided since the last run (another process's may have run meanwhile)
+    and it is not resting (any decided question, when an annotator's queue ran dry); with the competition's
+    refresh_interval, by which the server processes batch their counts (DEFAULT_REFRESH_EVERY while it has
+    no policy row)."""
     _lock_policy(db_session, competition_id)
     if counted:
         count_decisions(db_session, competition_id, counted)
@@ -132,7 +133,9 @@ def refresh_if_due(
     interval = _interval(full_design_votes, competition.panel_size)
     due = decided >= 1 if ran_dry else decided >= interval and not _resting(resting_until)
     if due and competition.sampling == Sampling.active:
-        return Due(interval, rerun(db_session, competition, counted=decided))
+        done = rerun(db_session, competition, counted=decided)
+        rest(db_session, competition_id, done)  # so far: no other server process's rerun while it writes
+        return Due(interval, done)
     return Due(interval, None)
 
 
@@ -149,14 +152,18 @@ def _resting(resting_until: datetime | None) -> bool:
 
 
 def rest(db_session: Session, competition_id: int, done: Rerun) -> None:
-    """Start the rest after a rerun whose priorities are written: resting_until = now + POLICY_REST × (now −
-    its start), unless a later run holds the policy row."""
-    now = utcnow()
+    """The rest after a rerun, for the time it took so far: resting_until = _rest_until(its start, now),
+    unless a later run holds the policy row (refresh_if_due, and again once its priorities are written)."""
     db_session.execute(
         update(ActivePolicy)
         .where(ActivePolicy.competition_id == competition_id, ActivePolicy.refreshed_at == done.refreshed_at)
-        .values(resting_until=now + POLICY_REST * (now - done.started))
+        .values(resting_until=_rest_until(done.started, utcnow()))
     )
+
+
+def _rest_until(started: datetime, now: datetime) -> datetime:
+    """now + POLICY_REST × (now − started)."""
+    return now + POLICY_REST * (now - started)
 
 
 def _lock_policy(db_session: Session, competition_id: int, skip_locked: bool = False) -> bool:
