@@ -17,8 +17,12 @@ once their evidence is worth `MIN_EVIDENCE` direct observations, their accuracy 
 `MIN_VETTED_ACCURACY`, and no partner agrees with them more than
 their reliabilities explain (`colluding_pairs`: a one-sided binomial test against the agreement expected
 from each one's reliability without the other, Bonferroni over the pairs tested): two accounts of one
-person, or two people copying one answer, lose their vetting together. Early decisions count only the
-votes of vetted annotators (`vote_weight`); anything else goes to the paper's strict majority.
+person, or two people copying one answer, lose their vetting together. Before the test has the pairs to
+tell, such accounts would vouch for each other: their row is each one's strongest, and each one's estimate
+lifts the other's. So a row that is both annotators' strongest while neither would be vetted without it
+counts for neither (`self_certifying_pairs`): one of the two must stand on agreement with others first.
+Early decisions count only the votes of vetted annotators (`vote_weight`); anything else goes to the
+paper's strict majority.
 
 crowd-kit's OneCoinDawidSkene and DawidSkene fit the same model by EM over every vote, but with no prior and
 no partner cap: two accounts that answer alone and agree are certified by their own agreement, which is the
@@ -139,6 +143,14 @@ class _Fit:
         bad = (1 - self.pooled) * weight + np.maximum(worth - right, 0.0)
         return np.clip(beta.ppf(level, good, bad), 0.5, 1 - 1e-6)
 
+    def without_rows(self, evidence: CrowdEvidence) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+        """Per pair row, ((right, worth) of a, (right, worth) of b): their pseudo-counts less the row's."""
+        a, b = evidence.pair_a, evidence.pair_b
+        return (
+            (self.right[a] - self.from_b * self.worth_a, self.worth[a] - self.worth_a),
+            (self.right[b] - self.from_a * self.worth_b, self.worth[b] - self.worth_b),
+        )
+
 
 def fit_accuracy(evidence: CrowdEvidence, excluded: np.ndarray | None = None) -> _Fit:
     """r_a = (r̄·(a0 + b0) + g_a + Σ_b w_ab r̂_ab) / (a0 + b0 + G_a + Σ_b w_ab), with r̄ = (a0 + Σ right) /
@@ -173,22 +185,41 @@ def colluding_pairs(evidence: CrowdEvidence, fit: _Fit) -> np.ndarray:
     posterior without that row's pseudo-counts, and P(X ≥ agreeing | n_ab, q_ab) ≤ α under the binomial.
     Two careful annotators agree nearly always, and so may two accounts of one careful person: only an
     agreement their accuracies elsewhere cannot explain is flagged."""
-    a, b = evidence.pair_a, evidence.pair_b
     tested = evidence.pair_total >= MIN_PAIRS_TESTED
     level = COLLUSION_LEVEL / max(1, int(tested.sum()))
-    r_a = fit.accuracy_upper(fit.right[a] - fit.from_b * fit.worth_a, fit.worth[a] - fit.worth_a, 1 - level)
-    r_b = fit.accuracy_upper(fit.right[b] - fit.from_a * fit.worth_b, fit.worth[b] - fit.worth_b, 1 - level)
+    r_a, r_b = (fit.accuracy_upper(right, worth, 1 - level) for right, worth in fit.without_rows(evidence))
     expected = r_a * r_b + (1 - r_a) * (1 - r_b)
     tail = binom.sf(evidence.pair_agreeing - 1, evidence.pair_total, expected)
     return tested & (tail <= level)
 
 
+def self_certifying_pairs(evidence: CrowdEvidence, fit: _Fit) -> np.ndarray:
+    """Pair rows that are both annotators' strongest, w_a(ab) = max_c w_a(ac) and w_b(ab) = max_c w_b(bc) (the
+    worths of `pair_estimates`, > 0), while neither would be vetted without the row's pseudo-counts (worth
+    under MIN_EVIDENCE or accuracy under MIN_VETTED_ACCURACY): two annotators who are each other's main
+    support and stand on no one else vouch for neither (module docstring). A partner who stands without the
+    row may vouch: annotators whose agreement is mostly with one established annotator stay vetted."""
+    a, b = evidence.pair_a, evidence.pair_b
+    strongest = np.zeros(evidence.annotators)
+    np.maximum.at(strongest, a, fit.worth_a)
+    np.maximum.at(strongest, b, fit.worth_b)
+    mutual = (
+        (fit.worth_a >= strongest[a]) & (fit.worth_b >= strongest[b]) & (fit.worth_a > 0) & (fit.worth_b > 0)
+    )
+    stands = [
+        (worth >= MIN_EVIDENCE) & (fit.accuracy_without(right, worth) >= MIN_VETTED_ACCURACY)
+        for right, worth in fit.without_rows(evidence)
+    ]
+    return mutual & ~stands[0] & ~stands[1]
+
+
 def annotator_reliability(evidence: CrowdEvidence) -> AnnotatorReliability:
-    """Accuracy and evidence per annotator (`fit_accuracy`, colluding pairs left out), vetted when the
-    evidence reaches MIN_EVIDENCE, the accuracy MIN_VETTED_ACCURACY, and the annotator is in no colluding
-    pair."""
-    colluding = colluding_pairs(evidence, fit_accuracy(evidence))
-    fit = fit_accuracy(evidence, excluded=colluding)
+    """Accuracy and evidence per annotator (`fit_accuracy`, colluding and self-certifying pairs left out),
+    vetted when the evidence reaches MIN_EVIDENCE, the accuracy MIN_VETTED_ACCURACY, and the annotator is in
+    no colluding pair."""
+    first = fit_accuracy(evidence)
+    colluding = colluding_pairs(evidence, first)
+    fit = fit_accuracy(evidence, excluded=colluding | self_certifying_pairs(evidence, first))
     suspect = np.zeros(evidence.annotators, dtype=bool)
     suspect[evidence.pair_a[colluding]] = True
     suspect[evidence.pair_b[colluding]] = True

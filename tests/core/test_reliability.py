@@ -86,6 +86,28 @@ def test_one_person_behind_two_accounts_is_caught_by_the_collusion_check():
     assert not reliability.vetted[0] and not reliability.vetted[1] and reliability.vetted[2:].all()
 
 
+def copies_on_a_lucky_start(agreeing_with_others: int) -> CrowdEvidence:
+    """Annotators 0-9 agree on all 10 questions each pair of them shares; 10 and 11 are accounts of one
+    coin-flipper that vote together with one honest annotator third (the simulation's colluders): 3 questions
+    with each of 0-5, `agreeing_with_others` of those 18 agreeing, and all 30 of their own agreeing."""
+    pairs = [(a, b, 10, 10) for a in range(10) for b in range(a + 1, 10)]
+    agreeing = [3] * (agreeing_with_others - 12) + [2] * (18 - agreeing_with_others)
+    pairs += [(honest, copy, 3, agreeing[honest]) for copy in (10, 11) for honest in range(6)]
+    pairs.append((10, 11, 30, 30))
+    a, b, total, agree = (np.array(column) for column in zip(*pairs, strict=True))
+    return CrowdEvidence(np.zeros(12), np.zeros(12), a, b, total, agree)
+
+
+@pytest.mark.parametrize("agreeing_with_others", [14, 16], ids=["14-of-18", "16-of-18"])
+def test_two_accounts_of_a_coin_flipper_do_not_vet_each_other(agreeing_with_others):
+    # Their record with others is worth under MIN_EVIDENCE; their row with each other lifted both over it (at
+    # 16 of 18, to an accuracy at which the two of them would decide a question alone).
+    reliability = annotator_reliability(copies_on_a_lucky_start(agreeing_with_others))
+    assert not reliability.colluding.any(), "too few questions yet for the collusion test to tell"
+    assert not reliability.vetted[10] and not reliability.vetted[11]
+    assert reliability.vetted[:10].all()
+
+
 def test_gold_alone_vets_and_shows_a_spammer_for_what_they_are():
     accuracy = np.array([0.95, 0.95, 0.6])
     evidence = CrowdEvidence(
