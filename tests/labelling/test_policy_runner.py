@@ -276,3 +276,22 @@ def test_after_a_rerun_the_policy_rests_four_times_as_long_unless_a_queue_ran_dr
         assert due(20, ran_dry=False) is not None
     finally:
         engine.dispose()
+
+
+def test_a_server_process_keeps_its_count_while_the_policy_rests(fresh_database_url):
+    competition_id = active_competition(fresh_database_url)  # 5 counted, refresh_interval 20
+    engine = create_db_engine(fresh_database_url)
+    rest_ends = utcnow() + timedelta(hours=1)
+    with create_sessionmaker(engine)() as db_session, db_session.begin():
+        db_session.get_one(ActivePolicy, competition_id).resting_until = rest_ends
+    engine.dispose()
+    runner = PolicyRunner(fresh_database_url)
+    try:
+        assert runner.count(competition_id, 20)  # nothing known here yet: handed over
+        asyncio.run(runner.refresh_if_due(competition_id, ran_dry=False))
+        assert counted(fresh_database_url, competition_id) == 25  # resting: counted there, no rerun
+        assert runner.resting_until[competition_id] == rest_ends
+        assert not runner.count(competition_id, 100)  # a full interval, kept here until the rest ends
+        assert runner.pending[competition_id] == 100
+    finally:
+        runner.close()

@@ -103,10 +103,12 @@ class Rerun:
 
 @dataclass(frozen=True)
 class Due:
-    """refresh_if_due's answer: the competition's refresh_interval, and the rerun if the policy reran."""
+    """refresh_if_due's answer: the competition's refresh_interval, the rerun if the policy reran, and until
+    when the policy rests (None: it does not)."""
 
     interval: int
     rerun: Rerun | None
+    resting_until: datetime | None = None
 
 
 def refresh_if_due(
@@ -134,9 +136,9 @@ def refresh_if_due(
     due = decided >= 1 if ran_dry else decided >= interval and not _resting(resting_until)
     if due and competition.sampling == Sampling.active:
         done = rerun(db_session, competition, counted=decided)
-        rest(db_session, competition_id, done)  # so far: no other server process's rerun while it writes
-        return Due(interval, done)
-    return Due(interval, None)
+        resting = rest(db_session, competition_id, done)  # so far: no other process's rerun while it writes
+        return Due(interval, done, resting)
+    return Due(interval, None, resting_until if _resting(resting_until) else None)
 
 
 POLICY_REST = 4.0
@@ -151,14 +153,17 @@ def _resting(resting_until: datetime | None) -> bool:
     return resting_until is not None and utcnow() < resting_until
 
 
-def rest(db_session: Session, competition_id: int, done: Rerun) -> None:
+def rest(db_session: Session, competition_id: int, done: Rerun) -> datetime | None:
     """The rest after a rerun, for the time it took so far: resting_until = _rest_until(its start, now),
-    unless a later run holds the policy row (refresh_if_due, and again once its priorities are written)."""
-    db_session.execute(
+    unless a later run holds the policy row (refresh_if_due, and again once its priorities are written);
+    the time written (None when a later run holds the row)."""
+    until = _rest_until(done.started, utcnow())
+    written = db_session.connection().execute(
         update(ActivePolicy)
         .where(ActivePolicy.competition_id == competition_id, ActivePolicy.refreshed_at == done.refreshed_at)
-        .values(resting_until=_rest_until(done.started, utcnow()))
+        .values(resting_until=until)
     )
+    return until if written.rowcount else None
 
 
 def _rest_until(started: datetime, now: datetime) -> datetime:

@@ -34,10 +34,13 @@ logger = logging.getLogger(__name__)
 _sessions: dict[str, sessionmaker[Session]] = {}
 
 
-def refresh_if_due_at(url: str, competition_id: int, counted: int, ran_dry: bool) -> int:
+def refresh_if_due_at(
+    url: str, competition_id: int, counted: int, ran_dry: bool
+) -> tuple[int, datetime | None]:
     """policy.refresh_if_due in a transaction of its own on the database at `url` (this process's sessions
     of it, made at the first call), then the rerun's priorities in short transactions of their own
-    (policy.write_levels_in_turn), then its rest (policy.rest); the competition's refresh_interval."""
+    (policy.write_levels_in_turn), then its rest (policy.rest); the competition's refresh_interval, and
+    until when the policy rests."""
     if url not in _sessions:
         _sessions[url] = create_sessionmaker(create_db_engine(url, pool_size=1))
     with _sessions[url]() as db_session, db_session.begin():
@@ -47,8 +50,8 @@ def refresh_if_due_at(url: str, competition_id: int, counted: int, ran_dry: bool
     if due.rerun is not None:
         policy.write_levels_in_turn(_sessions[url], competition_id, due.rerun)
         with _sessions[url]() as db_session, db_session.begin():
-            policy.rest(db_session, competition_id, due.rerun)
-    return due.interval
+            return due.interval, policy.rest(db_session, competition_id, due.rerun)
+    return due.interval, due.resting_until
 
 
 BATCHES_PER_INTERVAL = 10
@@ -94,14 +97,20 @@ class PolicyRunner:
         """Questions decided here and not yet handed to the policy's process, by competition."""
         self.batch: dict[int, int] = {}
         """refresh_interval / BATCHES_PER_INTERVAL of each competition, from its last rerun asked here."""
+        self.resting_until: dict[int, datetime] = {}
+        """Until when each competition's policy rests, as its last rerun asked here found: no count is handed
+        over before then (it would only be added to the policy row's)."""
 
     def count(self, competition_id: int, decided: int) -> bool:
         """Add questions just decided in the competition (requests' threads call it); whether this process's
-        count has reached its batch, so that refresh_if_due should hand it over."""
+        count has reached its batch and the policy is not resting, so that refresh_if_due should hand it
+        over."""
         with self.counting:
             pending = self.pending.get(competition_id, 0) + decided
             self.pending[competition_id] = pending
-            return pending >= self.batch.get(competition_id, 1)
+            resting_until = self.resting_until.get(competition_id)
+            resting = resting_until is not None and utcnow() < resting_until
+            return pending >= self.batch.get(competition_id, 1) and not resting
 
     def _take(self, competition_id: int) -> int:
         """This process's count of the competition, taken off."""
@@ -141,7 +150,7 @@ class PolicyRunner:
         counted = self._take(competition_id)
         try:
             loop = asyncio.get_running_loop()
-            interval = await loop.run_in_executor(
+            interval, resting_until = await loop.run_in_executor(
                 self.start(), refresh_if_due_at, self.url, competition_id, counted, ran_dry
             )
         except Exception as error:
@@ -151,6 +160,10 @@ class PolicyRunner:
             self._failed(competition_id, error)
         else:
             self.batch[competition_id] = max(1, interval // BATCHES_PER_INTERVAL)
+            if resting_until is None:
+                self.resting_until.pop(competition_id, None)
+            else:
+                self.resting_until[competition_id] = resting_until
             self.failures.pop(competition_id, None)
         finally:
             self.asked.discard(competition_id)
