@@ -45,26 +45,23 @@ def active_competition(url: str) -> int:
     return competition_id
 
 
-def counted(url: str, competition_id: int) -> int:
-    """The competition's questions counted since its policy's last rerun."""
+def policy_row_value(url: str, competition_id: int, column):
+    """A column of the competition's policy row, as committed."""
     engine = create_db_engine(url)
     with create_sessionmaker(engine)() as db_session:
-        count = db_session.scalar(
-            select(ActivePolicy.decided_since_refresh).where(ActivePolicy.competition_id == competition_id)
-        )
+        value = db_session.scalar(select(column).where(ActivePolicy.competition_id == competition_id))
     engine.dispose()
-    return count
+    return value
+
+
+def counted(url: str, competition_id: int) -> int:
+    """The competition's questions counted since its policy's last rerun."""
+    return policy_row_value(url, competition_id, ActivePolicy.decided_since_refresh)
 
 
 def resting_until(url: str, competition_id: int) -> datetime | None:
     """Until when the competition's policy rests."""
-    engine = create_db_engine(url)
-    with create_sessionmaker(engine)() as db_session:
-        until = db_session.scalar(
-            select(ActivePolicy.resting_until).where(ActivePolicy.competition_id == competition_id)
-        )
-    engine.dispose()
-    return until
+    return policy_row_value(url, competition_id, ActivePolicy.resting_until)
 
 
 def test_the_policy_reruns_in_a_process_of_its_own_started_again_if_it_died(fresh_database_url):

@@ -133,12 +133,13 @@ def refresh_if_due(
         return Due(DEFAULT_REFRESH_EVERY, None)
     decided, full_design_votes, resting_until = row
     interval = _interval(full_design_votes, competition.panel_size)
-    due = decided >= 1 if ran_dry else decided >= interval and not _resting(resting_until)
+    resting = is_resting(resting_until)
+    due = decided >= 1 if ran_dry else decided >= interval and not resting
     if due and competition.sampling == Sampling.active:
         done = rerun(db_session, competition, counted=decided)
-        resting = rest(db_session, competition_id, done)  # so far: no other process's rerun while it writes
-        return Due(interval, done, resting)
-    return Due(interval, None, resting_until if _resting(resting_until) else None)
+        # The rest so far: no other server process's rerun while this one writes its priorities.
+        return Due(interval, done, rest(db_session, competition_id, done))
+    return Due(interval, None, resting_until if resting else None)
 
 
 POLICY_REST = 4.0
@@ -148,27 +149,23 @@ the time, however large the competition and however fast its answers come. At 10
 answers/s (benchmarks/labelling.py) the policy otherwise reran back to back, more than once a second."""
 
 
-def _resting(resting_until: datetime | None) -> bool:
+def is_resting(resting_until: datetime | None) -> bool:
     """Whether the policy still rests after its last rerun (POLICY_REST)."""
     return resting_until is not None and utcnow() < resting_until
 
 
 def rest(db_session: Session, competition_id: int, done: Rerun) -> datetime | None:
-    """The rest after a rerun, for the time it took so far: resting_until = _rest_until(its start, now),
-    unless a later run holds the policy row (refresh_if_due, and again once its priorities are written);
-    the time written (None when a later run holds the row)."""
-    until = _rest_until(done.started, utcnow())
+    """The rest after a rerun, for the time it took so far: resting_until = now + POLICY_REST × (now − its
+    start), unless a later run holds the policy row (refresh_if_due, and again once its priorities are
+    written); the time written (None when a later run holds the row)."""
+    now = utcnow()
+    until = now + POLICY_REST * (now - done.started)
     written = db_session.connection().execute(
         update(ActivePolicy)
         .where(ActivePolicy.competition_id == competition_id, ActivePolicy.refreshed_at == done.refreshed_at)
         .values(resting_until=until)
     )
     return until if written.rowcount else None
-
-
-def _rest_until(started: datetime, now: datetime) -> datetime:
-    """now + POLICY_REST × (now − started)."""
-    return now + POLICY_REST * (now - started)
 
 
 def _lock_policy(db_session: Session, competition_id: int, skip_locked: bool = False) -> bool:

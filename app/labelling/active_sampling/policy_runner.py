@@ -97,7 +97,7 @@ class PolicyRunner:
         """Questions decided here and not yet handed to the policy's process, by competition."""
         self.batch: dict[int, int] = {}
         """refresh_interval / BATCHES_PER_INTERVAL of each competition, from its last rerun asked here."""
-        self.resting_until: dict[int, datetime] = {}
+        self.resting_until: dict[int, datetime | None] = {}
         """Until when each competition's policy rests, as its last rerun asked here found: no count is handed
         over before then (it would only be added to the policy row's)."""
 
@@ -108,8 +108,7 @@ class PolicyRunner:
         with self.counting:
             pending = self.pending.get(competition_id, 0) + decided
             self.pending[competition_id] = pending
-            resting_until = self.resting_until.get(competition_id)
-            resting = resting_until is not None and utcnow() < resting_until
+            resting = policy.is_resting(self.resting_until.get(competition_id))
             return pending >= self.batch.get(competition_id, 1) and not resting
 
     def _take(self, competition_id: int) -> int:
@@ -160,10 +159,7 @@ class PolicyRunner:
             self._failed(competition_id, error)
         else:
             self.batch[competition_id] = max(1, interval // BATCHES_PER_INTERVAL)
-            if resting_until is None:
-                self.resting_until.pop(competition_id, None)
-            else:
-                self.resting_until[competition_id] = resting_until
+            self.resting_until[competition_id] = resting_until
             self.failures.pop(competition_id, None)
         finally:
             self.asked.discard(competition_id)
