@@ -76,14 +76,12 @@ API_SECTIONS = (
 
 
 @cache
-@cache
 def _freeze_start_up_objects() -> None:
     """Take the objects made at start-up (~200,000: models, schemas, routes, which live as long as the
     process) out of the cycle collector's sight, once per process: its full collections scanned them all,
     stopping the process for ~50 ms each time. Garbage is collected first, so that none is kept. They are
     given back to the collector at exit, so that the interpreter's last collection frees them: extensions
-    such as Triton's (imported by torch) otherwise report every object of theirs still alive as leaked.
-    Cached: the app's later lifespans in the process (each test client's) skip it."""
+    such as Triton's (imported by torch) otherwise report every object of theirs still alive as leaked."""
     gc.collect()
     gc.freeze()
     atexit.register(gc.unfreeze)
