@@ -26,6 +26,7 @@ from workers.client import LeaseLost, ServiceClient, ServiceError
 from workers.image_readers import ShardArchiveReader, StoreReader, archive_members, choose_reader
 
 N_IMAGES = 120
+HTTP_TIMEOUT_S = 60  # not httpx's default 5 s: the test checks what comes, not how fast
 
 
 def claim_predict(service) -> ClaimResponse:
@@ -92,24 +93,24 @@ def test_a_shard_archive_holds_its_images_in_order_for_the_lease_holder_only(liv
     assert claim.storage_url == live_service.settings.blob_store.url
     url = f"{live_service.url}/api/v1/jobs/{job.id}/images.tar"
     headers = {"Authorization": f"Bearer {live_service.worker_token}"}
+    with httpx.Client(timeout=HTTP_TIMEOUT_S) as http:  # a loaded CI machine once took over 5 s
+        whole = http.get(url, headers={**headers, "X-Lease-Token": job.lease_token})
+        assert whole.status_code == 200 and whole.headers["content-type"] == "application/x-tar"
+        older = http.get(url, params={"lease_token": job.lease_token}, headers=headers)  # older workers
+        assert older.status_code == 200 and older.content == whole.content
+        missing = http.get(url, headers=headers)
+        assert missing.status_code == 422 and "X-Lease-Token" in missing.json()["detail"]
+        with tarfile.open(fileobj=io.BytesIO(whole.content)) as archive:
+            members = [(m.name, archive.extractfile(m).read()) for m in archive.getmembers()]
+        ordinals = list(range(task.shard_start, task.shard_end))
+        assert [name.split(".")[0] for name, _ in members] == [str(o) for o in ordinals]
+        assert [data for _, data in members] == stored_bytes(live_service, ordinals)
 
-    whole = httpx.get(url, headers={**headers, "X-Lease-Token": job.lease_token})
-    assert whole.status_code == 200 and whole.headers["content-type"] == "application/x-tar"
-    older = httpx.get(url, params={"lease_token": job.lease_token}, headers=headers)  # an older worker's way
-    assert older.status_code == 200 and older.content == whole.content
-    missing = httpx.get(url, headers=headers)
-    assert missing.status_code == 422 and "X-Lease-Token" in missing.json()["detail"]
-    with tarfile.open(fileobj=io.BytesIO(whole.content)) as archive:
-        members = [(m.name, archive.extractfile(m).read()) for m in archive.getmembers()]
-    ordinals = list(range(task.shard_start, task.shard_end))
-    assert [name.split(".")[0] for name, _ in members] == [str(o) for o in ordinals]
-    assert [data for _, data in members] == stored_bytes(live_service, ordinals)
-
-    stale = httpx.get(url, headers={**headers, "X-Lease-Token": "not-the-lease"})
-    assert stale.status_code == 409 and "lease lost" in stale.json()["detail"]
-    outside = httpx.get(url, params={"lease_token": job.lease_token, "end": N_IMAGES}, headers=headers)
-    assert outside.status_code == 422
-    assert httpx.get(url, params={"lease_token": job.lease_token}).status_code == 401
+        stale = http.get(url, headers={**headers, "X-Lease-Token": "not-the-lease"})
+        assert stale.status_code == 409 and "lease lost" in stale.json()["detail"]
+        outside = http.get(url, params={"lease_token": job.lease_token, "end": N_IMAGES}, headers=headers)
+        assert outside.status_code == 422
+        assert http.get(url, params={"lease_token": job.lease_token}).status_code == 401
 
     archives = ShardArchiveReader(live_service.url, live_service.worker_token, job.id, job.lease_token)
     assert archives.many(ordinals[10:30]) == stored_bytes(live_service, ordinals[10:30])
