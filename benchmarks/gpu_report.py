@@ -2,7 +2,9 @@
 benchmarks/inference.py eager and compiled (resnet50, 1,000 JPEG files) and eager for ViT-B/16, the CUDA
 tests of tests/workers, and `mad worker` end to end over --images distinct JPEGs with the GPU's utilisation
 (nvidia-smi every 100 ms) over the predict stage (the first predict job's start to the last one's finish, as
-the database records them). Figures go to --out as one JSON object, and on a CUDA device by default to
+the database records them), with py-spy's samples of that run where py-spy is on the PATH (--profile).
+The worker runs first, the compiled model last. Figures go to --out as one JSON object, rewritten after each
+step so that a run stopped at its limit keeps what it measured, and on a CUDA device by default to
 benchmarks/results/gpu.json; a run on the CPU (--device cpu, to try the script) writes nothing unless --out
 is given, and never that file.
 
@@ -11,7 +13,7 @@ here by scripts/gpu_wheels.sh; carry [".whl"]):
 
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \\
         .whl/*.whl && export PYTHONPATH=/tmp/site:. PYTHONUNBUFFERED=1 && \\
-        python3 benchmarks/gpu_report.py --out $OUT/gpu.json
+        python3 benchmarks/gpu_report.py --images 50000 --out $OUT/gpu.json --profile $OUT/worker.folded
 
 Here, to try it:
 
@@ -21,6 +23,7 @@ Here, to try it:
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -95,14 +98,25 @@ class Utilisation:
         assert self.process.stdout is not None
         for line in self.process.stdout:
             if line.strip().isdigit():
-                self.samples.append((datetime.now(UTC).replace(tzinfo=None), int(line)))
+                self.samples.append((datetime.now(UTC), int(line)))
 
     def share_busy(self, start: datetime, end: datetime) -> float | None:
         """Mean utilisation between two times, as a share; None without samples there."""
         self.process.terminate()
         self.thread.join()
+        start, end = (when if when.tzinfo else when.replace(tzinfo=UTC) for when in (start, end))  # naive=UTC
         inside = [value for when, value in self.samples if start <= when <= end]
         return round(statistics.mean(inside) / 100, 3) if inside else None
+
+
+def py_spy(pid: int, folded: Path | None) -> subprocess.Popen | None:
+    """py-spy sampling a process and its loader processes until it exits (attached by pid, without pausing
+    it: a failing sampler leaves the run alone), idle threads too, as folded stacks; None without py-spy."""
+    if folded is None or shutil.which("py-spy") is None:
+        return None
+    command = ["py-spy", "record", "--pid", str(pid), "--subprocesses", "--idle", "--threads"]
+    command += ["--nonblocking", "--rate", "50", "--format", "raw", "--output", str(folded)]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
 def worker_end_to_end(workdir: Path, args) -> dict:
@@ -149,7 +163,12 @@ def worker_end_to_end(workdir: Path, args) -> dict:
         str(args.batch_size),
         "--exit-when-idle",
     ]
-    subprocess.run(worker, env=env, check=True, capture_output=True, timeout=args.timeout_s)
+    running = subprocess.Popen(worker, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    sampler = py_spy(running.pid, args.profile)
+    _, errors = running.communicate(timeout=args.timeout_s)
+    if running.returncode != 0:
+        raise subprocess.CalledProcessError(running.returncode, worker, stderr=errors)
+    profile = sampler.communicate(timeout=60)[1][-2000:] if sampler else "py-spy is not on the PATH"
     with database(settings) as session:
         start, end, images = session.execute(
             select(
@@ -165,11 +184,12 @@ def worker_end_to_end(workdir: Path, args) -> dict:
         "worker_end_to_end_img_per_s": round(images / seconds, 1),
         "gpu_busy_share": utilisation.share_busy(start, end) if utilisation else None,
         "import_img_per_s": round(args.images / import_seconds, 1),
+        "worker_profile": f"{args.profile}: {profile}" if args.profile else None,
     }
 
 
 def main() -> None:
-    """Run every step, print the figures, write them where asked."""
+    """Run every step, writing the figures where asked after each; print them."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -178,34 +198,46 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=256, help="the worker's batch size (256)")
     parser.add_argument("--worker-model", default="resnet50", help="the worker's architecture (resnet50)")
     parser.add_argument("--out", type=Path, help="where the JSON goes (on CUDA by default the results file)")
+    parser.add_argument("--profile", type=Path, help="py-spy's folded stacks of the worker run go here")
     parser.add_argument("--timeout-s", type=int, default=400, help="limit of each step (400)")
     args = parser.parse_args()
     on_gpu = args.device == "cuda" and torch.cuda.is_available()
     if args.device == "cuda" and not on_gpu:
         raise SystemExit("no CUDA device here: try the script with --device cpu")
-    inference = [sys.executable, "benchmarks/inference.py", "--device", args.device, "--json"]
-    inference += ["--images", "1000"] if on_gpu else ["--images", "64", "--rounds", "1"]  # CPU: a trial
+    out = args.out or (RESULTS if on_gpu else None)
+    if out is not None and not on_gpu and out.resolve() == RESULTS:
+        raise SystemExit(f"a CPU trial never writes {RESULTS}")
     report: dict = {
+        "command": " ".join(["python3", *sys.argv]),
         "device": torch.cuda.get_device_name() if on_gpu else "cpu",
         "torch": torch.__version__,
-        "inference_eager": run_json(inference, args.timeout_s),
     }
-    if on_gpu:
-        report["inference_compiled"] = run_json([*inference, "--compile"], args.timeout_s)
-        report["vit_b16_eager"] = run_json([*inference, "--model", "vit_base_patch16_224"], args.timeout_s)
-        report["resnet50_predecoded_img_per_s"] = report["inference_eager"].get("predecoded_img_per_s")
-        report["resnet50_from_jpeg_img_per_s"] = report["inference_eager"].get("jpeg_img_per_s")
-        report["resnet50_compiled_from_jpeg_img_per_s"] = report["inference_compiled"].get("jpeg_img_per_s")
-        report["vit_b16_predecoded_img_per_s"] = report["vit_b16_eager"].get("predecoded_img_per_s")
-    report["cuda_tests"] = cuda_tests(args.timeout_s)
+
+    def save() -> None:
+        if out is not None:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(report, indent=1) + "\n")
+
     with tempfile.TemporaryDirectory(prefix="mad-gpu-report-") as workdir:
         report |= worker_end_to_end(Path(workdir), args)
-    text = json.dumps(report, indent=1)
-    print(text)
-    out = args.out or (RESULTS if on_gpu else None)
-    if out is not None and (on_gpu or out.resolve() != RESULTS):
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text + "\n")
+    save()
+    inference = [sys.executable, "benchmarks/inference.py", "--device", args.device, "--json"]
+    inference += ["--images", "1000"] if on_gpu else ["--images", "64", "--rounds", "1"]  # CPU: a trial
+    report["inference_eager"] = run_json(inference, args.timeout_s)
+    if on_gpu:
+        report["resnet50_predecoded_img_per_s"] = report["inference_eager"].get("predecoded_img_per_s")
+        report["resnet50_from_jpeg_img_per_s"] = report["inference_eager"].get("jpeg_img_per_s")
+        save()
+        report["vit_b16_eager"] = run_json([*inference, "--model", "vit_base_patch16_224"], args.timeout_s)
+        report["vit_b16_predecoded_img_per_s"] = report["vit_b16_eager"].get("predecoded_img_per_s")
+    save()
+    report["cuda_tests"] = cuda_tests(args.timeout_s)
+    save()
+    if on_gpu:
+        report["inference_compiled"] = run_json([*inference, "--compile"], args.timeout_s)
+        report["resnet50_compiled_from_jpeg_img_per_s"] = report["inference_compiled"].get("jpeg_img_per_s")
+        save()
+    print(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":
