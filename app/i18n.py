@@ -2,7 +2,7 @@
 in memory when first used), which language a request gets, and numbers and dates written its way."""
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import date, datetime
 from functools import cache, lru_cache
 from io import BytesIO
@@ -20,6 +20,8 @@ from app.errors import InvalidInput
 LOCALE_DIR = Path(__file__).resolve().parent / "locale"
 SOURCE_LOCALE = "en"
 """The language the code and templates are written in: it needs no catalogue."""
+ENGLISH = NullTranslations()
+"""The messages as written: the words of the API, the CLI and the texts stored in English."""
 
 
 @cache
@@ -34,7 +36,7 @@ def translations(locale: str) -> NullTranslations:
     """The catalogue of a language, compiled from its .po file on first use (nothing to build at install,
     no compiled file to go stale); English and unknown languages get the messages as written."""
     if locale == SOURCE_LOCALE or locale not in locales():
-        return NullTranslations()
+        return ENGLISH
     with (LOCALE_DIR / locale / "LC_MESSAGES" / "messages.po").open("rb") as po_file:
         catalogue = read_po(po_file, locale=locale)
     compiled = BytesIO()
@@ -107,6 +109,15 @@ def in_language(text: str, templates: Iterable[str], translations: NullTranslati
         if match:
             return translations.gettext(template).format(**match.groupdict())
     return text
+
+
+def rebuilt_in_language(
+    stored: str, build: Callable[[NullTranslations], str | None], translations: NullTranslations
+) -> str | None:
+    """A message stored or sent in English, built again by `build` (its words from the catalogue it is given)
+    in the language of `translations`, when building it in English gives the stored text (the facts it was
+    built from have not changed since); else the stored text as it is."""
+    return build(translations) if build(ENGLISH) == stored else stored
 
 
 @cache

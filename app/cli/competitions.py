@@ -166,6 +166,7 @@ def list_competitions() -> None:
     """Show every competition with its parameters and image count."""
     from app.competitions import service
     from app.core.shortfall import threshold_text
+    from app.i18n import ENGLISH
     from app.images.service import image_counts
 
     with database_session(load_settings()) as session:
@@ -184,7 +185,7 @@ def list_competitions() -> None:
             str(row.num_classes),
             str(row.image_count),
             str(row.k),
-            threshold_text(row.threshold_rule, row.confidence_threshold),
+            threshold_text(row.threshold_rule, row.confidence_threshold, ENGLISH),
             str(row.panel_size),
             row.sampling.value,
         )

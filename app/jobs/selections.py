@@ -2,6 +2,10 @@
 job's threshold diagnosis, and why a pair that selected fewer than k images did (docs/architecture.md,
 Selection)."""
 
+from collections.abc import Mapping
+from typing import Any
+
+from babel.support import NullTranslations
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session, aliased
 
@@ -10,6 +14,7 @@ from app.classifiers.models import Classifier
 from app.competitions.models import Competition
 from app.core.selection import PairDiagnosis
 from app.core.shortfall import shortfall, survivors_text, threshold_text
+from app.i18n import ENGLISH, rebuilt_in_language
 from app.jobs.schemas import PairSelectionRead, SelectionDiagnosis
 from app.labelling.models import PairImage, PairImageRole, PairSubset
 
@@ -74,20 +79,45 @@ def _pair_selection(
         reserve=stored - selected,
         below_threshold=below,
         diagnosis=None if subset.diagnosis is None else SelectionDiagnosis.model_validate(subset.diagnosis),
-        shortfall=_why_short(competition, subset, selected),
+        shortfall=why_short(competition, subset.diagnosis, selected, competition.k, ENGLISH),
     )
 
 
-def _why_short(competition: Competition, subset: PairSubset, selected: int) -> str | None:
-    """The diagnosis's shortfall; for a pair selected before diagnoses were kept, what is known."""
-    if subset.diagnosis is not None:
-        return shortfall(PairDiagnosis.from_dict(subset.diagnosis), competition.k, competition.max_per_label)
-    if selected >= competition.k:
+def why_short(
+    competition: Competition,
+    diagnosis: Mapping[str, Any] | None,
+    selected: int,
+    k: int,
+    words: NullTranslations,
+) -> str | None:
+    """Why a pair selected fewer than k images, from its diagnosis (app.core.shortfall); for a pair selected
+    before diagnoses were kept, what is known. None when it selected k."""
+    if diagnosis is not None:
+        return shortfall(PairDiagnosis.from_dict(diagnosis), k, competition.max_per_label, words)
+    if selected >= k:
         return None
-    threshold = threshold_text(competition.threshold_rule, competition.confidence_threshold)
-    return (
-        f"only {selected} of its disagreements passed {threshold} and the cap of {competition.max_per_label} "
-        "images per label (selected before the reasons were kept: no diagnosis)"
+    threshold = threshold_text(competition.threshold_rule, competition.confidence_threshold, words)
+    return words.ngettext(
+        "only {selected} of its disagreements passed {threshold} and the cap of {cap} image per label "
+        "(selected before the reasons were kept: no diagnosis)",
+        "only {selected} of its disagreements passed {threshold} and the cap of {cap} images per label "
+        "(selected before the reasons were kept: no diagnosis)",
+        competition.max_per_label,
+    ).format(selected=selected, threshold=threshold, cap=competition.max_per_label)
+
+
+def shortfall_in_language(
+    competition: Competition, pair: PairSelectionRead, words: NullTranslations
+) -> str | None:
+    """The pair's shortfall, sent in English, in the language of `words`: built again from its diagnosis and
+    the competition's cap (app.i18n.rebuilt_in_language: as sent when the cap has changed since)."""
+    if pair.shortfall is None:
+        return None
+    diagnosis = None if pair.diagnosis is None else pair.diagnosis.model_dump()
+    return rebuilt_in_language(
+        pair.shortfall,
+        lambda catalogue: why_short(competition, diagnosis, pair.selected, pair.k, catalogue),
+        words,
     )
 
 

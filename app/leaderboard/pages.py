@@ -19,11 +19,12 @@ from app.db.session import DatabaseStepsDep, SessionDep
 from app.errors import NotFound
 from app.i18n import N_, in_language
 from app.jobs.schemas import PairSelectionRead
+from app.jobs.selections import shortfall_in_language
 from app.leaderboard import charts, public_reads, snapshots
 from app.leaderboard.public_reads import PublicReadsDep
 from app.leaderboard.schemas import HistoryRead, LeaderboardRead, PairWithoutLabels, SnapshotRead
 from app.leaderboard.settling import ACTIVE_PROVISIONAL_RULE
-from app.leaderboard.standings import PROVISIONAL_RULE_TEXT, by_rank
+from app.leaderboard.standings import PROVISIONAL_RULE_TEXT, by_rank, no_rank_in_language
 from app.users.auth import OptionalUser, SteppedUser
 from app.users.models import Role
 from app.web.dependencies import SettingsDep
@@ -82,10 +83,10 @@ def _waiting_text(pair: PairWithoutLabels, words: NullTranslations) -> str:
     )
 
 
-def _short_text(pair: PairSelectionRead, words: NullTranslations) -> str:
+def _short_text(pair: PairSelectionRead, why: str | None, words: NullTranslations) -> str:
     """A pair that selected fewer than k images, in words: '0 of 30 selected: why'."""
     template = words.gettext("{selected} of {k} selected: {why}")
-    return template.format(selected=pair.selected, k=pair.k, why=pair.shortfall)
+    return template.format(selected=pair.selected, k=pair.k, why=why)
 
 
 def _below_threshold(
@@ -133,7 +134,8 @@ def _leaderboard_page(
     waiting = {
         (p.classifier_a_id, p.classifier_b_id): _waiting_text(p, words) for p in board.pairs_without_labels
     }
-    short = {(p.classifier_a_id, p.classifier_b_id): _short_text(p, words) for p in board.short_pairs}
+    short_pairs = [(p, shortfall_in_language(competition, p, words)) for p in board.short_pairs]
+    short = {(p.classifier_a_id, p.classifier_b_id): _short_text(p, why, words) for p, why in short_pairs}
     pairs = [
         (
             names[ids[i]],
@@ -155,6 +157,8 @@ def _leaderboard_page(
         competition=competition,
         board=board,
         by_rank=by_rank(board),
+        no_rank={s.classifier_id: no_rank_in_language(board, s, words) for s in board.classifiers},
+        short_pairs=short_pairs,
         names=names,
         not_compared=[entry for entry in board.unranked if entry.classifier_id not in names],
         pairs=pairs,
@@ -205,7 +209,14 @@ async def gallery_page(
     """A pair's selected images with both predictions, right or wrong once decided (paper Fig. 1c)."""
     competition = await steps.run(lambda db_session: _visible_competition(db_session, competition_id, user))
     gallery = await public_reads.gallery(steps, reads, user, competition_id, a_id, b_id)
-    return render(request, "gallery.html", user=user, competition=competition, gallery=gallery)
+    return render(
+        request,
+        "gallery.html",
+        user=user,
+        competition=competition,
+        gallery=gallery,
+        shortfall=shortfall_in_language(competition, gallery.selection, page_translations(request, user)),
+    )
 
 
 @router.get("/competitions/{competition_id}/classifiers/{classifier_id}", response_class=HTMLResponse)
@@ -231,13 +242,17 @@ async def classifier_page(
     analysis = await public_reads.analysis(steps, reads, user, settings, classifier_id)
     board = await public_reads.leaderboard(steps, reads, user, competition_id)
     stability = analysis.stability
+    standing = next((s for s in board.classifiers if s.classifier_id == classifier_id), None)
     return render(
         request,
         "classifier.html",
         user=user,
         competition=competition,
         analysis=analysis,
-        standing=next((s for s in board.classifiers if s.classifier_id == classifier_id), None),
+        standing=standing,
+        no_rank=None
+        if standing is None
+        else no_rank_in_language(board, standing, page_translations(request, user)),
         opponents=[
             (standing.name, _gallery_href(competition_id, classifier_id, standing.classifier_id))
             for standing in board.classifiers

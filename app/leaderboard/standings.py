@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
+from babel.support import NullTranslations
 from sqlalchemy.orm import Session
 
 from app.classifiers.enums import ClassifierStatus
@@ -33,7 +34,7 @@ from app.core.ranking import (
     ranks_from_scores,
     scored_intervals,
 )
-from app.i18n import N_
+from app.i18n import ENGLISH, N_, rebuilt_in_language
 from app.jobs.schemas import PairSelectionRead
 from app.jobs.selections import pair_selections
 from app.labelling.results import annotators_to_first_label, pair_outcomes
@@ -235,20 +236,73 @@ def by_rank(board: LeaderboardRead) -> list[ClassifierStanding]:
 
 
 def _no_rank(classifier_id: int, m: int, selections: list[PairSelectionRead]) -> str:
-    """Why a classifier without any labelled image has no rank: what each of its m − 1 pairs waits for."""
-    if m == 1:
-        return "no other classifier to compare it with"
+    """Why a classifier without any labelled image has no rank, in English: what each of its m − 1 pairs
+    waits for."""
     own = [s for s in selections if classifier_id in (s.classifier_a_id, s.classifier_b_id)]
     empty = sum(not selection.selected for selection in own)
-    if empty == m - 1:
-        return f"{'its one pair' if m == 2 else f'all {m - 1} of its pairs'} selected no image to label"
-    waiting = (
-        (empty, "selected no image", "selected no image"),
-        (len(own) - empty, "waits for votes", "wait for votes"),
-        (m - 1 - len(own), "is not selected yet", "are not selected yet"),
+    return no_rank_text(m, empty, len(own) - empty, ENGLISH)
+
+
+def no_rank_text(m: int, empty: int, waiting: int, words: NullTranslations) -> str:
+    """Why a classifier without any labelled image has no rank, in the language of `words`: of its m − 1
+    pairs, `empty` selected no image, `waiting` wait for votes and the others are not selected yet."""
+    pairs = m - 1
+    if pairs == 0:
+        return words.gettext("no other classifier to compare it with")
+    if empty == pairs:
+        return words.ngettext(
+            "its one pair selected no image to label",
+            "all {count} of its pairs selected no image to label",
+            pairs,
+        ).format(count=pairs)
+    unselected = pairs - empty - waiting
+    shown = []
+    if empty:
+        shown.append(
+            words.ngettext("{count} selected no image", "{count} selected no image", empty).format(
+                count=empty
+            )
+        )
+    if waiting:
+        shown.append(
+            words.ngettext("{count} waits for votes", "{count} wait for votes", waiting).format(count=waiting)
+        )
+    if unselected:
+        shown.append(
+            words.ngettext("{count} is not selected yet", "{count} are not selected yet", unselected).format(
+                count=unselected
+            )
+        )
+    return words.ngettext(
+        "no labelled image yet: of its {count} pair, {waiting}",
+        "no labelled image yet: of its {count} pairs, {waiting}",
+        pairs,
+    ).format(count=pairs, waiting=", ".join(shown))
+
+
+def no_rank_in_language(
+    board: LeaderboardRead, standing: ClassifierStanding, words: NullTranslations
+) -> str | None:
+    """A standing's no_rank, sent in English, in the language of `words`: built again from the board's pairs
+    (its empty short pairs, its pairs without labels whose selection is stored), or as sent when they no
+    longer give it (app.i18n.rebuilt_in_language)."""
+    if standing.no_rank is None:
+        return None
+    own = standing.classifier_id
+    empty = {
+        (p.classifier_a_id, p.classifier_b_id)
+        for p in board.short_pairs
+        if own in (p.classifier_a_id, p.classifier_b_id) and not p.selected
+    }
+    waiting = sum(
+        p.selected
+        and own in (p.classifier_a_id, p.classifier_b_id)
+        and (p.classifier_a_id, p.classifier_b_id) not in empty
+        for p in board.pairs_without_labels
     )
-    return f"no labelled image yet: of its {m - 1} pairs, " + ", ".join(
-        f"{count} {one if count == 1 else many}" for count, one, many in waiting if count
+    m = len(board.matrices.classifier_ids)
+    return rebuilt_in_language(
+        standing.no_rank, lambda catalogue: no_rank_text(m, len(empty), waiting, catalogue), words
     )
 
 

@@ -18,6 +18,7 @@ from app.core.selection import (
 )
 from app.core.shortfall import shortfall, survivors_text
 from app.core.taxonomy_sources import imagenet_1k
+from app.i18n import ENGLISH, translations
 
 N, K, CAP = 3000, 30, 3
 
@@ -58,7 +59,7 @@ def test_low_confidence_empties_the_absolute_threshold_and_the_quantile_rule_fil
     assert found.most_confident == pytest.approx(
         max(min(a, b) for a, b, la, lb in zip(probs_a, probs_b, labels_a, labels_b, strict=True) if la != lb)
     )
-    why = shortfall(found, K, CAP)
+    why = shortfall(found, K, CAP, ENGLISH)
     assert why is not None and why.startswith(
         f"none of its {found.disagreements} disagreements passes T = 0.8"
     )
@@ -76,7 +77,7 @@ def test_low_confidence_empties_the_absolute_threshold_and_the_quantile_rule_fil
         labels_a, probs_a, labels_b, probs_b, selected=K, threshold=0.8, rule=ThresholdRule.quantile
     )
     assert found.confident == len(candidates) and found.cutoffs == (cutoff_a, cutoff_b)
-    assert shortfall(found, K, CAP) is None
+    assert shortfall(found, K, CAP, ENGLISH) is None
 
 
 def test_the_quantile_rule_does_not_depend_on_calibration(distance):
@@ -188,48 +189,75 @@ def diagnosis(**fields) -> PairDiagnosis:
 
 
 def test_each_kind_of_short_pair_says_why():
-    assert shortfall(diagnosis(selected=30, confident=45), 30, 3) is None
-    assert shortfall(diagnosis(disagreements=0, most_confident=None), 30, 3) == (
+    assert shortfall(diagnosis(selected=30, confident=45), 30, 3, ENGLISH) is None
+    assert shortfall(diagnosis(disagreements=0, most_confident=None), 30, 3, ENGLISH) == (
         "the two classifiers never disagree: they give the same label to every image both predict"
     )
-    assert shortfall(diagnosis(), 30, 3) == (
+    assert shortfall(diagnosis(), 30, 3, ENGLISH) == (
         "none of its 68 disagreements passes T = 0.8 (the most confident has both probabilities ≥ 0.46); "
         "threshold_rule fill at T = 0.8 would give 30 images"
     )
-    assert shortfall(diagnosis(survivors={("absolute", 0.5): 12, ("quantile", 0.8): 40}), 30, 3) == (
+    assert shortfall(diagnosis(survivors={("absolute", 0.5): 12, ("quantile", 0.8): 40}), 30, 3, ENGLISH) == (
         "none of its 68 disagreements passes T = 0.8 (the most confident has both probabilities ≥ 0.46); "
         "T = 0.5 would give 12 images; threshold_rule fill at T = 0.8 would give 30 images"
     )  # the absolute rule's offers are absolute thresholds, not the quantile rule's
-    assert shortfall(diagnosis(confident=5, selected=5, survivors={("absolute", 0.5): 32}), 30, 3) == (
-        "only 5 of its 68 disagreements pass T = 0.8; T = 0.5 would give 30 images"
-    )
-    assert shortfall(diagnosis(confident=1, selected=1, survivors={("absolute", 0.5): 2}), 30, 3) == (
+    assert shortfall(
+        diagnosis(confident=5, selected=5, survivors={("absolute", 0.5): 32}), 30, 3, ENGLISH
+    ) == ("only 5 of its 68 disagreements pass T = 0.8; T = 0.5 would give 30 images")
+    assert shortfall(
+        diagnosis(confident=1, selected=1, survivors={("absolute", 0.5): 2}), 30, 3, ENGLISH
+    ) == (
         "only 1 of its 68 disagreements passes T = 0.8; T = 0.5 would give 2 images; "
         "threshold_rule fill at T = 0.8 would give 30 images"
     )
-    assert shortfall(diagnosis(disagreements=1, confident=1, selected=1), 30, 3) == (
+    assert shortfall(diagnosis(disagreements=1, confident=1, selected=1), 30, 3, ENGLISH) == (
         "the two classifiers disagree on only 1 image"
     )
-    assert shortfall(diagnosis(confident=45, selected=21), 30, 3) == (
+    assert shortfall(diagnosis(confident=45, selected=21), 30, 3, ENGLISH) == (
         "the cap of 3 images per label leaves 21 of the 45 disagreements that pass T = 0.8"
     )
     quantile = diagnosis(
         rule="quantile", cutoffs=[0.593, 0.6124], confident=4, selected=4, survivors={("quantile", 0.8): 4}
     )
-    assert shortfall(quantile, 30, 3) == (
+    assert shortfall(quantile, 30, 3, ENGLISH) == (
         "only 4 of its 68 disagreements pass each classifier's own 0.8 quantile (p_a ≥ 0.593, p_b ≥ 0.612); "
         "threshold_rule fill at T = 0.8 would give 30 images"
     )
     quantile = diagnosis(
         rule="quantile", confident=0, survivors={("quantile", 0.8): 40, ("absolute", 0.5): 9}
     )
-    assert shortfall(quantile, 30, 3) == (
+    assert shortfall(quantile, 30, 3, ENGLISH) == (
         "none of its 68 disagreements passes each classifier's own 0.8 quantile (p_a ≥ 0.8, p_b ≥ 0.8); "
         "each classifier's own 0.8 quantile would give 30 images"
     )  # its own terms: quantiles, no absolute probability
     filled = diagnosis(rule="fill", confident=0, selected=20, disagreements=20)
-    assert shortfall(filled, 30, 3) == "the two classifiers disagree on only 20 images"
-    assert shortfall(diagnosis(rule="fill", selected=25), 30, 3) == (
+    assert shortfall(filled, 30, 3, ENGLISH) == "the two classifiers disagree on only 20 images"
+    assert shortfall(diagnosis(rule="fill", selected=25), 30, 3, ENGLISH) == (
         "the cap of 3 images per label leaves 25 of the 68 disagreements"
     )
     assert survivors_text(diagnosis(survivors={("quantile", 0.8): 40})) == "T 0.5: 0 | quantile 0.8: 40"
+
+
+def test_a_short_pair_says_why_in_the_readers_language_with_its_plurals():
+    german, spanish = translations("de"), translations("es")
+    assert shortfall(diagnosis(), 30, 3, german) == (
+        "keine seiner 68 Abweichungen erreicht T = 0.8 (die sicherste hat beide Wahrscheinlichkeiten "
+        "≥ 0.46); threshold_rule fill bei T = 0.8 ergäbe 30 Bilder"
+    )
+    assert shortfall(diagnosis(disagreements=1, most_confident=None), 30, 3, german) == (
+        "seine 1 Abweichung erreicht T = 0.8 nicht; threshold_rule fill bei T = 0.8 ergäbe 1 Bild"
+    )
+    assert shortfall(
+        diagnosis(confident=1, selected=1, survivors={("absolute", 0.5): 2}), 30, 1, spanish
+    ) == (
+        "solo 1 de sus 68 desacuerdos supera T = 0.8; T = 0.5 daría 2 imágenes; "
+        "threshold_rule fill con T = 0.8 daría 30 imágenes"
+    )
+    quantile = diagnosis(rule="quantile", confident=45, selected=1)
+    assert shortfall(quantile, 30, 1, spanish) == (
+        "el límite de 1 imagen por etiqueta deja 1 de los 45 desacuerdos que superan el cuantil 0.8 propio "
+        "de cada clasificador (p_a ≥ 0.8, p_b ≥ 0.8)"
+    )
+    assert shortfall(diagnosis(disagreements=0), 30, 3, spanish) == (
+        "los dos clasificadores nunca discrepan: dan la misma etiqueta a cada imagen que ambos predicen"
+    )

@@ -10,7 +10,15 @@ import pytest
 from babel.messages.frontend import CommandLineInterface
 from babel.messages.pofile import read_po
 
-from app.i18n import LOCALE_DIR, SOURCE_LOCALE, in_language, locales, translations
+from app.i18n import (
+    ENGLISH,
+    LOCALE_DIR,
+    SOURCE_LOCALE,
+    in_language,
+    locales,
+    rebuilt_in_language,
+    translations,
+)
 from app.labelling.quality_control.checks import GOLD_SHORTFALL, gold_shortfall
 from app.leaderboard.standings import PROVISIONAL_RULE, PROVISIONAL_RULE_TEXT
 from app.web.templating import TEMPLATES_DIR, templates
@@ -176,3 +184,19 @@ def test_a_message_stored_in_english_is_read_back_in_the_readers_language():
     assert in_language(other, (GOLD_SHORTFALL,), translations("de")) == other
     mixed = PROVISIONAL_RULE.replace("once k > 15", "once k > 16")  # a repeated name must repeat its value
     assert in_language(mixed, (PROVISIONAL_RULE_TEXT,), translations("de")) == mixed
+
+
+def test_a_message_built_from_facts_is_built_again_in_the_readers_language_while_the_facts_still_give_it():
+    def reason(cap: int):
+        return lambda words: words.ngettext(
+            "the cap of {cap} image per label leaves {selected} of the {candidates} disagreements",
+            "the cap of {cap} images per label leaves {selected} of the {candidates} disagreements",
+            cap,
+        ).format(cap=cap, selected=21, candidates=45)
+
+    sent = reason(3)(ENGLISH)
+    assert sent == "the cap of 3 images per label leaves 21 of the 45 disagreements"
+    assert rebuilt_in_language(sent, reason(3), translations("de")) == (
+        "die Obergrenze von 3 Bildern pro Label lässt 21 der 45 Abweichungen übrig"
+    )
+    assert rebuilt_in_language(sent, reason(4), translations("de")) == sent  # the cap changed since: as sent

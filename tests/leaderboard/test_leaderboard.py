@@ -213,6 +213,10 @@ def test_an_empty_competition_and_a_lone_classifier_have_a_leaderboard(
     assert (solo["accuracy_rank"], solo["delta_rank"]) == (None, None)  # nothing labelled, nothing compared
     assert [entry["name"] for entry in board["unranked"]] == ["solo"]
     assert (board["lambda_max"], board["matrices"]["accuracy"]) == (None, [[None]])
+    german = client.get(f"/competitions/{competition.id}/leaderboard", headers={"Accept-Language": "de"}).text
+    assert (
+        "Noch kein Rang für solo (kein anderer Klassifikator, mit dem er verglichen werden kann)." in german
+    )
 
 
 def off_by(truth: np.ndarray, accuracy: float, shift: int, seed: int) -> np.ndarray:
@@ -280,6 +284,10 @@ def test_without_labels_no_classifier_claims_a_rank(client, db_session, settings
     assert f"No labels yet for {m} of {m} pairs: alpha vs beta (" in text
     assert all(f"{count} more annotators needed" in text for count in needed)
     assert "a question is decided once 3 of a panel of 5 annotators agree" in text
+    spanish = client.get(
+        f"/competitions/{competition.id}/leaderboard", headers={"Accept-Language": "es"}
+    ).text
+    assert spanish.count('title="aún ninguna imagen etiquetada: de sus 2 pares, 2 esperan votos"') == m
 
 
 def test_a_classifier_added_later_has_no_rank_until_it_has_labels(client, db_session, settings, tmp_path):

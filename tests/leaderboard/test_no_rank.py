@@ -7,6 +7,8 @@ import numpy as np
 
 from app.competitions.schemas import CompetitionCreate
 from app.competitions.service import create_competition
+from app.i18n import ENGLISH, translations
+from app.leaderboard.standings import no_rank_text
 from tests.leaderboard.scenario import DIGITS, N_CLASSES, annotators, corpus, register, run_select_jobs, vote
 from tests.leaderboard.test_leaderboard import off_by
 
@@ -51,8 +53,9 @@ def test_a_classifier_whose_pairs_are_all_empty_gets_no_rank_and_its_pairs_say_w
             f"none of its {found['disagreements']} disagreements passes T = 0.5"
         )
 
-    def text(path: str) -> str:
-        return " ".join(client.get(path, headers=admin_headers).text.split())
+    def text(path: str, language: str = "en") -> str:
+        headers = {**admin_headers, "Accept-Language": language}
+        return " ".join(client.get(path, headers=headers).text.split())
 
     admin_page = text(f"/admin/competitions/{competition.id}")
     row = admin_page[admin_page.index(f'data-classifier-id="{timid.id}"') :].split("</tr>")[0]
@@ -69,3 +72,40 @@ def test_a_classifier_whose_pairs_are_all_empty_gets_no_rank_and_its_pairs_say_w
     classifier_page = text(f"/competitions/{competition.id}/classifiers/{timid.id}")
     assert "No rank: all 3 of its pairs selected no image to label" in classifier_page
     assert "MAD rank" not in classifier_page.split("</h1>")[1].split("</p>")[0]
+
+    german = text(f"/competitions/{competition.id}/leaderboard", "de")  # the reasons in the page's language
+    why = "alle 3 seiner Paare haben kein Bild zum Beschriften ausgewählt"
+    assert f'title="{why}"' in german and f"Noch kein Rang für timid ({why})." in german
+    found = short[("alpha", "timid")]["diagnosis"]
+    assert (
+        f"0 von 6 (keine seiner {found['disagreements']} Abweichungen erreicht T = 0.5 (die sicherste hat "
+        f"beide Wahrscheinlichkeiten ≥ {found['most_confident']:.3g}); "
+    ) in german
+    assert "ergäbe" in german and "none of its" not in german and "would give" not in german
+    alpha = next(row for row in board["classifiers"] if row["name"] == "alpha")
+    gallery = text(f"/competitions/{competition.id}/pairs/{alpha['classifier_id']}/{timid.id}", "es")
+    shown = gallery.split('id="shortfall">')[1].split("</p>")[0]
+    assert f"ninguno de sus {found['disagreements']} desacuerdos supera T = 0.5 (el más seguro" in shown
+    assert "daría" in shown and "would give" not in shown
+    assert f"Kein Rang: {why}" in text(f"/competitions/{competition.id}/classifiers/{timid.id}", "de")
+
+
+def test_why_no_rank_has_the_plurals_of_the_readers_language():
+    german, spanish = translations("de"), translations("es")
+    assert no_rank_text(2, 0, 1, ENGLISH) == "no labelled image yet: of its 1 pair, 1 waits for votes"
+    assert (
+        no_rank_text(2, 0, 1, german)
+        == "noch kein beschriftetes Bild; von seinem 1 Paar: 1 wartet auf Stimmen"
+    )
+    assert no_rank_text(5, 1, 2, ENGLISH) == (
+        "no labelled image yet: of its 4 pairs, 1 selected no image, 2 wait for votes, 1 is not selected yet"
+    )
+    assert no_rank_text(5, 1, 2, spanish) == (
+        "aún ninguna imagen etiquetada: de sus 4 pares, 1 no seleccionó ninguna imagen, 2 esperan votos, "
+        "1 aún no está seleccionado"
+    )
+    assert no_rank_text(4, 0, 0, german) == (
+        "noch kein beschriftetes Bild; von seinen 3 Paaren: 3 sind noch nicht ausgewählt"
+    )
+    assert no_rank_text(2, 1, 0, german) == "sein einziges Paar hat kein Bild zum Beschriften ausgewählt"
+    assert no_rank_text(1, 0, 0, spanish) == "ningún otro clasificador con el que compararlo"
