@@ -10,8 +10,9 @@ measures the policies. Scenarios (issue 33, docs/architecture.md, Active samplin
 - `spammers`: this share of the accounts always answer "no".
 - `experts`: this share of the accounts flip only `EXPERT_NOISE`, the others `MEDIOCRE_NOISE` (a few good
   annotators among many mediocre ones; `noise` is then unused).
-- `colluders`: two extra accounts cast the first two votes of every question of this share of the images,
-  agreeing on a fair coin (one person behind two accounts, answering without looking).
+- `colluders`: two of `colluding_accounts` extra accounts (2 by default; with more, two drawn per image)
+  cast the first two votes of every question of this share of the images, agreeing on a fair coin (one
+  person behind several accounts, answering without looking).
 - `confusing`: on this share of the images every account flips with `CONFUSING_NOISE` (classes that
   everyone confuses: errors that are correlated across annotators, which no panel size averages away).
 
@@ -46,6 +47,7 @@ class CrowdConfig:
     experts: float = 0.0
     colluders: float = 0.0
     confusing: float = 0.0
+    colluding_accounts: int = 2
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,7 @@ class Crowd:
 
 
 def account_models(config: CrowdConfig, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """(sensitivity, specificity) of the POOL_SIZE honest accounts and then the two colluders."""
+    """(sensitivity, specificity) of the POOL_SIZE honest accounts and then the `colluding_accounts`."""
     flip = np.full(POOL_SIZE, config.noise)
     if config.experts > 0:
         flip = np.where(
@@ -89,7 +91,14 @@ def account_models(config: CrowdConfig, rng: np.random.Generator) -> tuple[np.nd
     )
     sensitivity = np.where(careless, 0.5, np.where(spam, 0.0, sensitivity))
     specificity = np.where(careless, 0.5, np.where(spam, 1.0, specificity))
-    return np.r_[sensitivity, 0.5, 0.5], np.r_[specificity, 0.5, 0.5]
+    coin = np.full(config.colluding_accounts, 0.5)
+    return np.r_[sensitivity, coin], np.r_[specificity, coin]
+
+
+def colluding_two(accounts: int, images: int, rng: np.random.Generator) -> np.ndarray:
+    """images×2: which two of the colluding accounts (0 … accounts−1) vote first on each image, the lower
+    first (both answer the same coin, so their order changes nothing)."""
+    return np.sort(np.argsort(rng.random((images, accounts)), axis=1)[:, :2], axis=1)
 
 
 def simulate_crowd(
@@ -101,6 +110,8 @@ def simulate_crowd(
 ) -> Crowd:
     """Every question's panel of distinct honest accounts in random order and their votes; the colluders
     take the first two places on a `colluders` share of the images, answering one shared coin each."""
+    if config.colluding_accounts < 2:
+        raise ValueError("colluding takes at least two accounts")
     if panel_size > POOL_SIZE:
         raise ValueError(f"a panel of {panel_size} needs more than the crowd's {POOL_SIZE} accounts")
     questions = len(truth)
@@ -114,9 +125,11 @@ def simulate_crowd(
     colluded = (rng.random(images) < config.colluders)[image_of_question]
     if panel_size >= 2:
         shared_coin = rng.random(questions) < 0.5
-        voters[colluded, :2] = [POOL_SIZE, POOL_SIZE + 1]
         votes[colluded, :2] = shared_coin[colluded, None]
     gold_truth = rng.random((len(sensitivity), GOLD_PER_ACCOUNT)) < GOLD_YES_SHARE
     gold_chance = np.where(gold_truth, sensitivity[:, None], specificity[:, None])
     gold_correct = rng.random(gold_truth.shape) < gold_chance
+    if panel_size >= 2:
+        pair = colluding_two(config.colluding_accounts, images, rng)
+        voters[colluded, :2] = POOL_SIZE + pair[image_of_question[colluded]]
     return Crowd(voters, votes, gold_correct)

@@ -129,6 +129,18 @@ def test_colluders_cast_the_first_two_votes_of_their_images_alike():
     assert np.all(crowd.voters[~colluded] < POOL_SIZE)
 
 
+def test_three_colluding_accounts_take_the_first_two_votes_two_at_a_time():
+    truth = np.random.default_rng(5).random(40_000) < 0.35
+    crowd = crowd_on(truth, CrowdConfig(colluders=0.25, colluding_accounts=3))
+    colluded = crowd.voters[:, 0] >= POOL_SIZE
+    assert colluded.mean() == pytest.approx(0.25, abs=0.01)
+    assert crowd.accounts == POOL_SIZE + 3
+    pairs = {tuple(row) for row in crowd.voters[colluded, :2].tolist()}
+    assert pairs == {(POOL_SIZE, POOL_SIZE + 1), (POOL_SIZE, POOL_SIZE + 2), (POOL_SIZE + 1, POOL_SIZE + 2)}
+    assert np.all(crowd.votes[colluded, 0] == crowd.votes[colluded, 1])
+    assert np.all(crowd.voters[~colluded] < POOL_SIZE)
+
+
 def test_confusing_images_fool_everyone_at_once():
     truth = np.ones(50_000, dtype=bool)
     crowd = crowd_on(truth, CrowdConfig(confusing=0.5))
