@@ -24,7 +24,7 @@ from app.leaderboard import charts, public_reads, snapshots
 from app.leaderboard.public_reads import PublicReadsDep
 from app.leaderboard.schemas import HistoryRead, LeaderboardRead, PairWithoutLabels, SnapshotRead
 from app.leaderboard.settling import ACTIVE_PROVISIONAL_RULE
-from app.leaderboard.standings import PROVISIONAL_RULE_TEXT, by_rank, no_rank_in_language
+from app.leaderboard.standings import PROVISIONAL_RULE_TEXT, UNRANKED_REASONS, by_rank, no_rank_in_language
 from app.users.auth import OptionalUser, SteppedUser
 from app.users.models import Role
 from app.web.dependencies import SettingsDep
@@ -160,7 +160,11 @@ def _leaderboard_page(
         no_rank={s.classifier_id: no_rank_in_language(board, s, words) for s in board.classifiers},
         short_pairs=short_pairs,
         names=names,
-        not_compared=[entry for entry in board.unranked if entry.classifier_id not in names],
+        not_compared=[
+            entry.model_copy(update={"reason": in_language(entry.reason, UNRANKED_REASONS, words)})
+            for entry in board.unranked
+            if entry.classifier_id not in names
+        ],
         pairs=pairs,
         decided_by=decided_by_text(board.panel_size, words),
         provisional_rule=in_language(board.provisional_rule, PROVISIONAL_RULES, words),

@@ -55,6 +55,10 @@ BOOTSTRAP_SEED = 0
 PROVISIONAL_RANK_SPREAD = 2
 STABLE_K = 15
 """Paper Fig. 5: the ranking from each pair's first k images agrees with k = 30 (SRCC > 0.9) once k > 15."""
+WAITING_FOR_PREDICTIONS = N_("waiting for its predictions")
+NO_REASON_GIVEN = N_("no reason given")
+UNRANKED_REASONS = (WAITING_FOR_PREDICTIONS, NO_REASON_GIVEN)
+"""Why a classifier is not compared, as the API sends it in English (a failed one's own error aside)."""
 PROVISIONAL_RULE_TEXT = N_(
     "A classifier is provisional while its {level} bootstrap rank interval spans more than {ranks} ranks, "
     "or while one of its pairs has fewer than min(k, {stable_k}) labelled images (paper Fig. 5: rankings "
@@ -92,11 +96,11 @@ def ranked_pairs(*, db_session: Session, competition: Competition) -> RankedPair
         if classifier.status == ClassifierStatus.retired:
             continue
         if classifier.status == ClassifierStatus.failed:
-            unranked.append(_unranked(classifier, classifier.error or "no reason given"))
+            unranked.append(_unranked(classifier, classifier.error or NO_REASON_GIVEN))
         elif classifier.status == ClassifierStatus.ready or classifier.id in with_subset:
             ranked.append(classifier)
         else:
-            unranked.append(_unranked(classifier, "waiting for its predictions"))
+            unranked.append(_unranked(classifier, WAITING_FOR_PREDICTIONS))
     index_of = {classifier.id: index for index, classifier in enumerate(ranked)}
     outcomes = {
         (index_of[a_id], index_of[b_id]): (labels[:, 0], labels[:, 1])

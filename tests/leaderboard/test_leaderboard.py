@@ -67,6 +67,10 @@ def test_the_leaderboard_of_hand_made_votes_is_what_the_core_computes(
         ("newcomer", "predicting"),
     ]
     assert "download refused" in board["unranked"][0]["reason"]
+    assert board["unranked"][1]["reason"] == "waiting for its predictions"  # the API's English
+    page = f"/competitions/{voted.competition.id}/leaderboard"
+    german = client.get(page, headers={"Accept-Language": "de"}).text
+    assert "<strong>newcomer</strong> (predicting): wartet auf seine Vorhersagen" in german
 
     counts = count_outcomes(expected_outcomes(db_session, voted, ids), len(ids))
     assert 0 < counts.n.sum() < 2 * len(ids) * (len(ids) - 1) * voted.competition.k
