@@ -18,13 +18,9 @@ once their evidence is worth `MIN_EVIDENCE` direct observations, their accuracy 
 their reliabilities explain (`colluding_pairs`: a one-sided binomial test against the agreement expected
 from each one's reliability without the other, Bonferroni over the pairs tested): two accounts of one
 person, or two people copying one answer, lose their vetting together. Before the test has the pairs to
-tell, such accounts would vouch for each other: their rows are each one's strongest, and each one's
-estimate lifts the others'. So agreement vets only when it is with an *established* annotator
-(`established`): one vetted without the rows of the partners they lean on (`leaning_rows`: sharing over
-`LEANING_FACTOR` times their median number of questions with a partner), or, in turn, on their rows with
-established annotators alone; a row between two annotators who are not established counts for neither, and
-only the established are vetted. Two, three or more accounts of one person must stand on agreement with
-others first, and a newcomer whose agreement is mostly with one established annotator is vetted on it.
+tell, such accounts would vouch for each other: their row is each one's strongest, and each one's estimate
+lifts the other's. So a row that is both annotators' strongest while neither would be vetted without it
+counts for neither (`self_certifying_pairs`): one of the two must stand on agreement with others first.
 Early decisions count only the votes of vetted annotators (`vote_weight`); anything else goes to the
 paper's strict majority.
 
@@ -58,10 +54,6 @@ MIN_PAIRS_TESTED = 10
 COLLUSION_LEVEL = 0.01
 """Family-wise level of the collusion tests (Bonferroni over the pairs tested)."""
 FIXED_POINT_ROUNDS = 30
-LEANING_FACTOR = 2.0
-"""A partner with whom an annotator shares more than this many times their median number of questions with
-a partner is one they lean on: accounts of one person lean on one another, annotators among peers on nobody
-in particular."""
 
 
 @dataclass(frozen=True)
@@ -201,68 +193,37 @@ def colluding_pairs(evidence: CrowdEvidence, fit: _Fit) -> np.ndarray:
     return tested & (tail <= level)
 
 
-def _less_rows(
-    evidence: CrowdEvidence, fit: _Fit, drop_a: np.ndarray, drop_b: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per annotator, (right, worth) of `fit` less the pseudo-counts of the pair rows marked, drop_a for the
-    row's annotator a and drop_b for its b."""
-    count, a, b = evidence.annotators, evidence.pair_a, evidence.pair_b
-    right = fit.right - np.bincount(a, drop_a * fit.from_b * fit.worth_a, count)
-    right = right - np.bincount(b, drop_b * fit.from_a * fit.worth_b, count)
-    worth = (
-        fit.worth - np.bincount(a, drop_a * fit.worth_a, count) - np.bincount(b, drop_b * fit.worth_b, count)
-    )
-    return right, worth
-
-
-def _vetted_on(fit: _Fit, right: np.ndarray, worth: np.ndarray) -> np.ndarray:
-    """Whether these pseudo-counts vet: worth ≥ MIN_EVIDENCE and accuracy ≥ MIN_VETTED_ACCURACY."""
-    return (worth >= MIN_EVIDENCE) & (fit.accuracy_without(right, worth) >= MIN_VETTED_ACCURACY)
-
-
-def leaning_rows(evidence: CrowdEvidence, fit: _Fit) -> tuple[np.ndarray, np.ndarray]:
-    """(for a, for b) per pair row that counts for them (w_a(ab) > 0, `pair_estimates`): whether that
-    annotator leans on the partner, n_ab > LEANING_FACTOR × the median n_ac of a's rows that count."""
-    owner = np.r_[evidence.pair_a, evidence.pair_b]
-    counting = np.r_[fit.worth_a, fit.worth_b] > 0
-    shared = np.r_[evidence.pair_total, evidence.pair_total].astype(float)
-    order = np.lexsort((shared[counting], owner[counting]))
-    owners, sizes = owner[counting][order], shared[counting][order]
-    everyone = np.arange(evidence.annotators)
-    start, end = np.searchsorted(owners, everyone), np.searchsorted(owners, everyone, side="right")
-    lower, upper = start + (end - start - 1) // 2, start + (end - start) // 2
-    median = np.zeros(evidence.annotators)
-    having = end > start
-    median[having] = (sizes[lower[having]] + sizes[upper[having]]) / 2
-    leaning = counting & (shared > LEANING_FACTOR * median[owner])
-    return leaning[: len(evidence.pair_a)], leaning[len(evidence.pair_a) :]
-
-
-def established(evidence: CrowdEvidence, fit: _Fit) -> np.ndarray:
-    """Annotators vetted on gold and on agreement with established partners alone: the fixed point that grows
-    from those vetted without the rows of the partners they lean on (`leaning_rows`) by adding whoever is
-    vetted on their rows with the established (module docstring)."""
+def self_certifying_pairs(evidence: CrowdEvidence, fit: _Fit) -> np.ndarray:
+    """Pair rows that are both annotators' strongest, w_a(ab) = max_c w_a(ac) and w_b(ab) = max_c w_b(bc) (the
+    worths of `pair_estimates`, > 0), while neither would be vetted without the row's pseudo-counts (worth
+    under MIN_EVIDENCE or accuracy under MIN_VETTED_ACCURACY): two annotators who are each other's main
+    support and stand on no one else vouch for neither (module docstring). A partner who stands without the
+    row may vouch: annotators whose agreement is mostly with one established annotator stay vetted."""
     a, b = evidence.pair_a, evidence.pair_b
-    stands = _vetted_on(fit, *_less_rows(evidence, fit, *leaning_rows(evidence, fit)))
-    while True:
-        grown = stands | _vetted_on(fit, *_less_rows(evidence, fit, ~stands[b], ~stands[a]))
-        if np.array_equal(grown, stands):
-            return stands
-        stands = grown
+    strongest = np.zeros(evidence.annotators)
+    np.maximum.at(strongest, a, fit.worth_a)
+    np.maximum.at(strongest, b, fit.worth_b)
+    mutual = (
+        (fit.worth_a >= strongest[a]) & (fit.worth_b >= strongest[b]) & (fit.worth_a > 0) & (fit.worth_b > 0)
+    )
+    stands = [
+        (worth >= MIN_EVIDENCE) & (fit.accuracy_without(right, worth) >= MIN_VETTED_ACCURACY)
+        for right, worth in fit.without_rows(evidence)
+    ]
+    return mutual & ~stands[0] & ~stands[1]
 
 
 def annotator_reliability(evidence: CrowdEvidence) -> AnnotatorReliability:
-    """Accuracy and evidence per annotator (`fit_accuracy` without colluding pairs, nor rows between two
-    annotators who are not `established`), vetted when established, the evidence reaches MIN_EVIDENCE, the
-    accuracy MIN_VETTED_ACCURACY, and the annotator is in no colluding pair."""
-    colluding = colluding_pairs(evidence, fit_accuracy(evidence))
-    standing = established(evidence, fit_accuracy(evidence, excluded=colluding))
-    unsupported = ~standing[evidence.pair_a] & ~standing[evidence.pair_b]
-    fit = fit_accuracy(evidence, excluded=colluding | unsupported)
+    """Accuracy and evidence per annotator (`fit_accuracy`, colluding and self-certifying pairs left out),
+    vetted when the evidence reaches MIN_EVIDENCE, the accuracy MIN_VETTED_ACCURACY, and the annotator is in
+    no colluding pair."""
+    first = fit_accuracy(evidence)
+    colluding = colluding_pairs(evidence, first)
+    fit = fit_accuracy(evidence, excluded=colluding | self_certifying_pairs(evidence, first))
     suspect = np.zeros(evidence.annotators, dtype=bool)
     suspect[evidence.pair_a[colluding]] = True
     suspect[evidence.pair_b[colluding]] = True
-    vetted = standing & (fit.worth >= MIN_EVIDENCE) & (fit.accuracy >= MIN_VETTED_ACCURACY) & ~suspect
+    vetted = (fit.worth >= MIN_EVIDENCE) & (fit.accuracy >= MIN_VETTED_ACCURACY) & ~suspect
     return AnnotatorReliability(fit.accuracy, fit.worth, vetted, colluding)
 
 

@@ -86,26 +86,16 @@ def test_one_person_behind_two_accounts_is_caught_by_the_collusion_check():
     assert not reliability.vetted[0] and not reliability.vetted[1] and reliability.vetted[2:].all()
 
 
-def accounts_on_a_lucky_start(
-    agreeing_with_others: int, own_rows: list[tuple[int, int, int]]
-) -> CrowdEvidence:
-    """Annotators 0-9 agree on all 10 questions each pair of them shares; the accounts in `own_rows` (a, b,
-    questions, all agreeing) are one coin-flipper's, two of which vote together with one honest annotator
-    third (the simulation's colluders): 3 questions of each with each of 0-5, `agreeing_with_others` of
-    those 18 agreeing."""
-    accounts = sorted({account for a, b, _ in own_rows for account in (a, b)})
+def copies_on_a_lucky_start(agreeing_with_others: int) -> CrowdEvidence:
+    """Annotators 0-9 agree on all 10 questions each pair of them shares; 10 and 11 are accounts of one
+    coin-flipper that vote together with one honest annotator third (the simulation's colluders): 3 questions
+    with each of 0-5, `agreeing_with_others` of those 18 agreeing, and all 30 of their own agreeing."""
     pairs = [(a, b, 10, 10) for a in range(10) for b in range(a + 1, 10)]
     agreeing = [3] * (agreeing_with_others - 12) + [2] * (18 - agreeing_with_others)
-    pairs += [(honest, copy, 3, agreeing[honest]) for copy in accounts for honest in range(6)]
-    pairs += [(a, b, questions, questions) for a, b, questions in own_rows]
+    pairs += [(honest, copy, 3, agreeing[honest]) for copy in (10, 11) for honest in range(6)]
+    pairs.append((10, 11, 30, 30))
     a, b, total, agree = (np.array(column) for column in zip(*pairs, strict=True))
-    count = 10 + len(accounts)
-    return CrowdEvidence(np.zeros(count), np.zeros(count), a, b, total, agree)
-
-
-def copies_on_a_lucky_start(agreeing_with_others: int) -> CrowdEvidence:
-    """Two accounts, 10 and 11, all 30 of their own questions agreeing."""
-    return accounts_on_a_lucky_start(agreeing_with_others, [(10, 11, 30)])
+    return CrowdEvidence(np.zeros(12), np.zeros(12), a, b, total, agree)
 
 
 @pytest.mark.parametrize("agreeing_with_others", [14, 16], ids=["14-of-18", "16-of-18"])
@@ -115,21 +105,6 @@ def test_two_accounts_of_a_coin_flipper_do_not_vet_each_other(agreeing_with_othe
     reliability = annotator_reliability(copies_on_a_lucky_start(agreeing_with_others))
     assert not reliability.colluding.any(), "too few questions yet for the collusion test to tell"
     assert not reliability.vetted[10] and not reliability.vetted[11]
-    assert reliability.vetted[:10].all()
-
-
-def three_accounts_on_a_lucky_start(agreeing_with_others: int) -> CrowdEvidence:
-    """Three accounts, 10, 11 and 12, two of which vote first on each of their questions (the simulation's
-    `colluding_accounts=3`): all 16, 16 and 10 of their own questions agreeing."""
-    return accounts_on_a_lucky_start(agreeing_with_others, [(10, 11, 16), (10, 12, 16), (11, 12, 10)])
-
-
-@pytest.mark.parametrize("agreeing_with_others", [14, 16], ids=["14-of-18", "16-of-18"])
-def test_three_accounts_of_a_coin_flipper_do_not_vet_one_another(agreeing_with_others):
-    # Each account's record without one of its rows still holds its row with the third account.
-    reliability = annotator_reliability(three_accounts_on_a_lucky_start(agreeing_with_others))
-    assert not reliability.colluding.any(), "too few questions yet for the collusion test to tell"
-    assert not reliability.vetted[10:].any()
     assert reliability.vetted[:10].all()
 
 
