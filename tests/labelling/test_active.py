@@ -382,7 +382,7 @@ def test_two_accounts_of_one_person_never_decide_a_question_alone(client, db_ses
         refresh(db_session, competition)
         return given
 
-    for _ in range(15):  # honest annotators label first, and prove themselves to each other
+    for _ in range(30):  # honest annotators label first, and prove themselves to each other (by about 15)
         rerun(honest_round(honest_calls, truth, image_of))
     for _ in range(20):  # then the two accounts alone: every first pair of votes is theirs, and agrees
         rerun(colluding_round(pair_calls, truth, image_of))
