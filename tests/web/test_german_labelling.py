@@ -79,10 +79,10 @@ def wait_for_language(driver, language: str) -> None:
 
 
 def ready(driver) -> bool:
-    """Whether the image is shown and can be answered."""
+    """Whether the image is shown and can be answered (false while the sign-in page is still shown)."""
     return driver.execute_script(
-        "const i = document.getElementById('label-image');"
-        "return i.complete && i.naturalWidth > 0 && !document.getElementById('answer-yes').disabled"
+        "const i = document.getElementById('label-image'), yes = document.getElementById('answer-yes');"
+        "return i !== null && yes !== null && i.complete && i.naturalWidth > 0 && !yes.disabled"
     )
 
 
