@@ -14,15 +14,14 @@ tell r_a (docs/architecture.md, Active sampling):
 Each annotator's prior is the crowd's pooled accuracy, worth a0 + b0 answers (empirical Bayes under a
 Beta(`PRIOR`) hyperprior); the estimates are the fixed point of the pseudo-counts. An annotator is *vetted*
 once their evidence is worth `MIN_EVIDENCE` direct observations, their accuracy is at least
-`MIN_VETTED_ACCURACY`, and no partner agrees with them more than
-their reliabilities explain (`colluding_pairs`: a one-sided binomial test against the agreement expected
-from each one's reliability without the other, Bonferroni over the pairs tested): two accounts of one
-person, or two people copying one answer, lose their vetting together. Before the test has the pairs to
-tell, such accounts would vouch for each other: their row is each one's strongest, and each one's estimate
-lifts the other's. So a row that is both annotators' strongest while neither would be vetted without it
-counts for neither (`self_certifying_pairs`): one of the two must stand on agreement with others first.
-Early decisions count only the votes of vetted annotators (`vote_weight`); anything else goes to the
-paper's strict majority.
+`MIN_VETTED_ACCURACY`, and no partner agrees with them more than their reliabilities explain
+(`colluding_pairs`: a one-sided test of their agreement against each one's reliability from the partners who
+agree with them less, Bonferroni over the pairs tested): two or more accounts of one person, or people copying
+one answer, lose their vetting together. Before the test has the pairs to tell, such accounts would vouch for
+each other: their row is each one's strongest, and each one's estimate lifts the other's. So a row that is
+both annotators' strongest while neither would be vetted without it counts for neither
+(`self_certifying_pairs`): one of the two must stand on agreement with others first. Early decisions count
+only the votes of vetted annotators (`vote_weight`); anything else goes to the paper's strict majority.
 
 crowd-kit's OneCoinDawidSkene and DawidSkene fit the same model by EM over every vote, but with no prior and
 no partner cap: two accounts that answer alone and agree are certified by their own agreement, which is the
@@ -49,11 +48,15 @@ MIN_EVIDENCE = 20.0
 MIN_VETTED_ACCURACY = 0.7
 """... and an accuracy at least this: a vote of a worse annotator says too little to decide anything early
 (a spammer who always answers "no" comes out near 0.65, a coin-flipper near 0.5)."""
+MIN_BASELINE = MIN_EVIDENCE / 4
+"""Direct observations' worth the rows that agree less than a tested row must hold to be its baseline."""
 MIN_PAIRS_TESTED = 10
 """Pairs two annotators need before their agreement is tested for collusion."""
 COLLUSION_LEVEL = 0.01
 """Family-wise level of the collusion tests (Bonferroni over the pairs tested)."""
 FIXED_POINT_ROUNDS = 30
+TAIL_NODES = 48
+"""Gauss–Legendre nodes per accuracy in `agreement_tail`."""
 
 
 @dataclass(frozen=True)
@@ -134,14 +137,14 @@ class _Fit:
         a0, b0 = PRIOR
         return np.clip((self.pooled * (a0 + b0) + right) / (a0 + b0 + worth), 0.5, 1 - 1e-6)
 
-    def accuracy_upper(self, right: np.ndarray, worth: np.ndarray, level: float) -> np.ndarray:
-        """The `level` quantile of the Beta(r̄·(a0 + b0) + right, (1 − r̄)·(a0 + b0) + worth − right)
-        posterior of an accuracy from these pseudo-counts: as high as it plausibly is."""
+    def posterior(self, right: np.ndarray, worth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(r̄·(a0 + b0) + right, (1 − r̄)·(a0 + b0) + worth − right): the Beta posterior of an accuracy from
+        these pseudo-counts."""
         a0, b0 = PRIOR
         weight = a0 + b0
-        good = self.pooled * weight + np.maximum(right, 0.0)
-        bad = (1 - self.pooled) * weight + np.maximum(worth - right, 0.0)
-        return np.clip(beta.ppf(level, good, bad), 0.5, 1 - 1e-6)
+        return self.pooled * weight + np.maximum(right, 0.0), (1 - self.pooled) * weight + np.maximum(
+            worth - right, 0.0
+        )
 
     def without_rows(self, evidence: CrowdEvidence) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
         """Per pair row, ((right, worth) of a, (right, worth) of b): their pseudo-counts less the row's."""
@@ -179,18 +182,114 @@ def _pseudo_counts(accuracy: np.ndarray, evidence: CrowdEvidence, keep: np.ndarr
     return replace(fit, accuracy=fit.accuracy_without(right, worth))
 
 
+def _information(accuracy: np.ndarray, partner: float) -> np.ndarray:
+    """r(1 − r) / (q(1 − q)) with q = r·p + (1 − r)(1 − p): the factor of an agreement row's worth that
+    depends on the annotator's own accuracy (`pair_estimates`), against a partner of accuracy p."""
+    agreement = np.clip(accuracy * partner + (1 - accuracy) * (1 - partner), 1e-6, 1 - 1e-6)
+    return accuracy * (1 - accuracy) / (agreement * (1 - agreement))
+
+
+def without_as_close(evidence: CrowdEvidence, fit: _Fit) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+    """Per pair row, ((right, worth) of a, (right, worth) of b): their pseudo-counts less those of every row
+    of theirs that agrees at least as often as this one (the row itself included). Three accounts of one
+    person agree perfectly on three rows: each account's accuracy without only the tested row still stands
+    on its row with the third, so the test judges a row against each one's agreement with the partners who
+    agree with them less. The rows left are worth what they would be at the accuracy they give (their worth
+    scaled by `_information` at it against the annotator's accuracy with every row, partners at the crowd's
+    pooled accuracy, to its fixed point): at an accuracy the close rows inflated towards 1 the rows with
+    everyone else would count for a fifth of themselves."""
+    rows = len(evidence.pair_a)
+    total = evidence.pair_total.astype(float)
+    rate = np.divide(evidence.pair_agreeing, total, out=np.zeros_like(total), where=total > 0)
+    owner = np.r_[evidence.pair_a, evidence.pair_b]
+    closeness = np.r_[rate, rate]
+    right = np.r_[fit.from_b * fit.worth_a, fit.from_a * fit.worth_b]
+    worth = np.r_[fit.worth_a, fit.worth_b]
+    order = np.lexsort((-closeness, owner))
+    keys, tie_group = np.unique(np.c_[owner[order], closeness[order]], axis=0, return_inverse=True)
+    last_of_tie = np.zeros(len(keys), dtype=np.int64)
+    np.maximum.at(last_of_tie, tie_group.ravel(), np.arange(len(order)))
+    starts = np.r_[0, np.flatnonzero(np.diff(owner[order])) + 1]
+    first_of_owner = np.repeat(starts, np.diff(np.r_[starts, len(order)]))
+    sums = []
+    for part in (right, worth):
+        running = np.r_[0.0, np.cumsum(part[order])]
+        closer = np.empty(len(order))
+        closer[order] = running[last_of_tie[tie_group.ravel()] + 1] - running[first_of_owner]
+        sums.append(closer)
+    gold_right = np.r_[evidence.gold_right, evidence.gold_right][owner]
+    gold_worth = np.r_[evidence.gold_answered, evidence.gold_answered][owner]
+    agreement_right = fit.right[owner] - gold_right - sums[0]
+    agreement_worth = fit.worth[owner] - gold_worth - sums[1]
+    scale = np.ones(len(owner))
+    for _ in range(FIXED_POINT_ROUNDS):
+        accuracy = fit.accuracy_without(
+            gold_right + scale * agreement_right, gold_worth + scale * agreement_worth
+        )
+        scale = _information(accuracy, fit.pooled) / _information(fit.accuracy[owner], fit.pooled)
+    less = [(gold_right + scale * agreement_right, gold_worth + scale * agreement_worth)]
+    return tuple(
+        (right_of[side * rows : (side + 1) * rows], worth_of[side * rows : (side + 1) * rows])
+        for side in (0, 1)
+        for right_of, worth_of in less
+    )
+
+
+def agreement_tail(agreeing: np.ndarray, total: np.ndarray, a: tuple, b: tuple) -> np.ndarray:
+    """P(X ≥ agreeing) for X ~ Binomial(total, q), q = r_a·r_b + (1 − r_a)(1 − r_b), averaged over r_a ~
+    Beta(a) and r_b ~ Beta(b) truncated to [½, 1] (the posterior predictive tail): Gauss–Legendre with
+    TAIL_NODES nodes a side over each posterior's range from its 10⁻⁹ to its 1 − 10⁻¹² quantile."""
+    nodes, weights = np.polynomial.legendre.leggauss(TAIL_NODES)
+    grids = []
+    for good, bad in (a, b):
+        low = np.maximum(0.5, beta.ppf(1e-9, good, bad))[:, None]
+        high = np.maximum(low + 1e-9, beta.ppf(1 - 1e-12, good, bad)[:, None])
+        points = low + (high - low) * (nodes[None, :] + 1) / 2
+        mass = weights[None, :] * beta.pdf(points, good[:, None], bad[:, None]) * (high - low) / 2
+        grids.append((points, mass / np.maximum(mass.sum(axis=1, keepdims=True), 1e-300)))
+    (r_a, w_a), (r_b, w_b) = grids
+    q = r_a[:, :, None] * r_b[:, None, :] + (1 - r_a[:, :, None]) * (1 - r_b[:, None, :])
+    tail = binom.sf(agreeing[:, None, None] - 1, total[:, None, None], q)
+    return np.einsum("rij,ri,rj->r", tail, w_a, w_b)
+
+
 def colluding_pairs(evidence: CrowdEvidence, fit: _Fit) -> np.ndarray:
-    """Pair rows whose agreement exceeds, one-sided at α = COLLUSION_LEVEL / (pairs tested), the highest
-    agreement their reliabilities make plausible: q_ab of r_a and r_b each at the 1 − α quantile of its
-    posterior without that row's pseudo-counts, and P(X ≥ agreeing | n_ab, q_ab) ≤ α under the binomial.
-    Two careful annotators agree nearly always, and so may two accounts of one careful person: only an
-    agreement their accuracies elsewhere cannot explain is flagged."""
+    """Pair rows whose agreement their accuracies elsewhere cannot explain, one-sided at α = COLLUSION_LEVEL /
+    (pairs tested). Where both annotators' rows that agree less than this one are worth MIN_BASELINE
+    (`without_as_close`), those are the baseline: flagged when the posterior predictive P(X ≥ agreeing) ≤ α
+    (`agreement_tail`; it is at least ¼ of the binomial tail at both posterior medians, since both
+    accuracies lie above their medians a quarter of the time and q grows with each above ½, so only rows
+    where that is ≤ 4α are integrated). Otherwise (five careful annotators agree on everything: nothing is out
+    of line, and the one-coin posterior of an accuracy near 1 has too thin a tail for a predictive test)
+    each accuracy is taken without this row alone, at the 1 − α quantile of its posterior, and the row is
+    flagged when P(X ≥ agreeing | n_ab, q_ab) ≤ α under the binomial. Two careful annotators agree nearly
+    always, and so may two accounts of one careful person: only an agreement out of line is flagged."""
     tested = evidence.pair_total >= MIN_PAIRS_TESTED
     level = COLLUSION_LEVEL / max(1, int(tested.sum()))
-    r_a, r_b = (fit.accuracy_upper(right, worth, 1 - level) for right, worth in fit.without_rows(evidence))
-    expected = r_a * r_b + (1 - r_a) * (1 - r_b)
-    tail = binom.sf(evidence.pair_agreeing - 1, evidence.pair_total, expected)
-    return tested & (tail <= level)
+    baselines, alone = without_as_close(evidence, fit), fit.without_rows(evidence)
+    baseline = (baselines[0][1] >= MIN_BASELINE) & (baselines[1][1] >= MIN_BASELINE)
+    (good_a, bad_a), (good_b, bad_b) = (
+        fit.posterior(np.where(baseline, close[0], row[0]), np.where(baseline, close[1], row[1]))
+        for close, row in zip(baselines, alone, strict=True)
+    )
+    upper_a, upper_b = beta.ppf(1 - level, good_a, bad_a), beta.ppf(1 - level, good_b, bad_b)
+    at_upper = upper_a * upper_b + (1 - upper_a) * (1 - upper_b)
+    flagged = (
+        tested & ~baseline & (binom.sf(evidence.pair_agreeing - 1, evidence.pair_total, at_upper) <= level)
+    )
+    median_a, median_b = beta.ppf(0.5, good_a, bad_a), beta.ppf(0.5, good_b, bad_b)
+    at_medians = median_a * median_b + (1 - median_a) * (1 - median_b)
+    candidate = tested & baseline
+    candidate &= binom.sf(evidence.pair_agreeing - 1, evidence.pair_total, at_medians) <= 4 * level
+    rows = np.flatnonzero(candidate)
+    tail = agreement_tail(
+        evidence.pair_agreeing[rows],
+        evidence.pair_total[rows],
+        (good_a[rows], bad_a[rows]),
+        (good_b[rows], bad_b[rows]),
+    )
+    flagged[rows] = tail <= level
+    return flagged
 
 
 def self_certifying_pairs(evidence: CrowdEvidence, fit: _Fit) -> np.ndarray:

@@ -102,10 +102,31 @@ def copies_on_a_lucky_start(agreeing_with_others: int) -> CrowdEvidence:
 def test_two_accounts_of_a_coin_flipper_do_not_vet_each_other(agreeing_with_others):
     # Their record with others is worth under MIN_EVIDENCE; their row with each other lifted both over it (at
     # 16 of 18, to an accuracy at which the two of them would decide a question alone).
-    reliability = annotator_reliability(copies_on_a_lucky_start(agreeing_with_others))
-    assert not reliability.colluding.any(), "too few questions yet for the collusion test to tell"
+    evidence = copies_on_a_lucky_start(agreeing_with_others)
+    reliability = annotator_reliability(evidence)
+    rows = np.flatnonzero(reliability.colluding)
+    assert {(int(evidence.pair_a[row]), int(evidence.pair_b[row])) for row in rows} <= {(10, 11)}
     assert not reliability.vetted[10] and not reliability.vetted[11]
     assert reliability.vetted[:10].all()
+
+
+def test_three_accounts_of_one_person_do_not_stand_on_each_other():
+    # Accounts 10-12 answer alike: 40 of 40 on each of their three rows, 35 of 50 with the perfect annotators
+    # 0-9. Each account's accuracy without only the tested row still stood on its 40 of 40 with the third
+    # account, so the collusion test found their agreement plausible and all three were vetted at 0.81.
+    pairs = [(a, b, 10, 10) for a in range(10) for b in range(a + 1, 10)]
+    pairs += [(honest, copy, 5, 4 - honest % 2) for copy in (10, 11, 12) for honest in range(10)]
+    pairs += [(10, 11, 40, 40), (10, 12, 40, 40), (11, 12, 40, 40)]
+    a, b, total, agree = (np.array(column) for column in zip(*pairs, strict=True))
+    evidence = CrowdEvidence(np.zeros(13), np.zeros(13), a, b, total, agree)
+    reliability = annotator_reliability(evidence)
+    rows = np.flatnonzero(reliability.colluding)
+    assert {(int(evidence.pair_a[row]), int(evidence.pair_b[row])) for row in rows} == {
+        (10, 11),
+        (10, 12),
+        (11, 12),
+    }
+    assert reliability.vetted.tolist() == [True] * 10 + [False] * 3
 
 
 def test_gold_alone_vets_and_shows_a_spammer_for_what_they_are():

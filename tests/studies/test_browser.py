@@ -181,8 +181,10 @@ def arrive(driver, platform: Platform, pid: str, session_id: str) -> None:
 
 def agree(driver, crowd: Crowd) -> None:
     """Press Enter on the consent page's focused button and wait for the study's labelling page."""
-    # keyboard first; the browser applies autofocus at its next rendering, which can come after the button exists
-    WebDriverWait(driver, PAGE_TIMEOUT_S).until(lambda d: d.switch_to.active_element.get_attribute("id") == "start")
+    # keyboard first: the browser applies autofocus at a rendering after the button is there
+    WebDriverWait(driver, PAGE_TIMEOUT_S).until(
+        lambda d: d.switch_to.active_element.get_attribute("id") == "start"
+    )
     press(driver, Keys.ENTER)
     WebDriverWait(driver, PAGE_TIMEOUT_S).until(
         lambda d: d.current_url.endswith(f"/studies/{crowd.study_id}/label")
