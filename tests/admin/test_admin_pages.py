@@ -6,6 +6,7 @@ says what happened by name and stays, across the page's reload, until dismissed;
 import hashlib
 
 import numpy as np
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import Select, WebDriverWait
@@ -139,7 +140,9 @@ def test_an_admin_runs_a_competition_from_the_pages(live_server, browser, tmp_pa
 
     browser.find_element(By.CSS_SELECTOR, 'tr[data-classifier="two"] button').click()
     wait.until(expected_conditions.alert_is_present()).accept()
-    wait.until(  # its form is gone with the reload, so the page says it
+    # its form is gone with the reload, so the page says it; while the page reloads, Chromium may answer
+    # that a node it was asked about no longer belongs to the document (a WebDriverException, not stale)
+    WebDriverWait(browser, PAGE_TIMEOUT_S, ignored_exceptions=(WebDriverException,)).until(
         expected_conditions.text_to_be_present_in_element((By.ID, "page-status"), "Retired two: it left")
     )
     assert "retired" in browser.find_element(By.CSS_SELECTOR, 'tr[data-classifier="two"]').text
