@@ -95,6 +95,11 @@ def unbiased_votes(panel_size: int, early_eligible: bool, cast: int) -> int:
     return min(cast, 2 if early_eligible else max(2, panel_size // 2 + 1))
 
 
+def agreement_chance(r_a: np.ndarray, r_b: np.ndarray | float) -> np.ndarray:
+    """q = r_a·r_b + (1 − r_a)(1 − r_b): the chance that two one-coin raters agree."""
+    return r_a * r_b + (1 - r_a) * (1 - r_b)
+
+
 def pair_estimates(
     accuracy: np.ndarray, evidence: CrowdEvidence
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -105,7 +110,7 @@ def pair_estimates(
     pairs_of = np.bincount(evidence.pair_a, total, evidence.annotators)
     pairs_of = pairs_of + np.bincount(evidence.pair_b, total, evidence.annotators)
     r_a, r_b = accuracy[evidence.pair_a], accuracy[evidence.pair_b]
-    q = np.clip(r_a * r_b + (1 - r_a) * (1 - r_b), 1e-6, 1 - 1e-6)
+    q = np.clip(agreement_chance(r_a, r_b), 1e-6, 1 - 1e-6)
     estimates, worths = [], []
     for own, partner, who in ((r_a, r_b, evidence.pair_a), (r_b, r_a, evidence.pair_b)):
         allowed = np.maximum(PARTNER_CAP, PARTNER_SHARE * (pairs_of[who] - total))
@@ -185,7 +190,7 @@ def _pseudo_counts(accuracy: np.ndarray, evidence: CrowdEvidence, keep: np.ndarr
 def _information(accuracy: np.ndarray, partner: float) -> np.ndarray:
     """r(1 − r) / (q(1 − q)) with q = r·p + (1 − r)(1 − p): the factor of an agreement row's worth that
     depends on the annotator's own accuracy (`pair_estimates`), against a partner of accuracy p."""
-    agreement = np.clip(accuracy * partner + (1 - accuracy) * (1 - partner), 1e-6, 1 - 1e-6)
+    agreement = np.clip(agreement_chance(accuracy, partner), 1e-6, 1 - 1e-6)
     return accuracy * (1 - accuracy) / (agreement * (1 - agreement))
 
 
@@ -217,22 +222,18 @@ def without_as_close(evidence: CrowdEvidence, fit: _Fit) -> tuple[tuple[np.ndarr
         closer = np.empty(len(order))
         closer[order] = running[last_of_tie[tie_group.ravel()] + 1] - running[first_of_owner]
         sums.append(closer)
-    gold_right = np.r_[evidence.gold_right, evidence.gold_right][owner]
-    gold_worth = np.r_[evidence.gold_answered, evidence.gold_answered][owner]
+    gold_right, gold_worth = evidence.gold_right[owner], evidence.gold_answered[owner]
     agreement_right = fit.right[owner] - gold_right - sums[0]
     agreement_worth = fit.worth[owner] - gold_worth - sums[1]
+    with_every_row = _information(fit.accuracy[owner], fit.pooled)
     scale = np.ones(len(owner))
     for _ in range(FIXED_POINT_ROUNDS):
         accuracy = fit.accuracy_without(
             gold_right + scale * agreement_right, gold_worth + scale * agreement_worth
         )
-        scale = _information(accuracy, fit.pooled) / _information(fit.accuracy[owner], fit.pooled)
-    less = [(gold_right + scale * agreement_right, gold_worth + scale * agreement_worth)]
-    return tuple(
-        (right_of[side * rows : (side + 1) * rows], worth_of[side * rows : (side + 1) * rows])
-        for side in (0, 1)
-        for right_of, worth_of in less
-    )
+        scale = _information(accuracy, fit.pooled) / with_every_row
+    left_right, left_worth = gold_right + scale * agreement_right, gold_worth + scale * agreement_worth
+    return (left_right[:rows], left_worth[:rows]), (left_right[rows:], left_worth[rows:])
 
 
 def agreement_tail(agreeing: np.ndarray, total: np.ndarray, a: tuple, b: tuple) -> np.ndarray:
@@ -248,7 +249,7 @@ def agreement_tail(agreeing: np.ndarray, total: np.ndarray, a: tuple, b: tuple) 
         mass = weights[None, :] * beta.pdf(points, good[:, None], bad[:, None]) * (high - low) / 2
         grids.append((points, mass / np.maximum(mass.sum(axis=1, keepdims=True), 1e-300)))
     (r_a, w_a), (r_b, w_b) = grids
-    q = r_a[:, :, None] * r_b[:, None, :] + (1 - r_a[:, :, None]) * (1 - r_b[:, None, :])
+    q = agreement_chance(r_a[:, :, None], r_b[:, None, :])
     tail = binom.sf(agreeing[:, None, None] - 1, total[:, None, None], q)
     return np.einsum("rij,ri,rj->r", tail, w_a, w_b)
 
@@ -272,23 +273,27 @@ def colluding_pairs(evidence: CrowdEvidence, fit: _Fit) -> np.ndarray:
         fit.posterior(np.where(baseline, close[0], row[0]), np.where(baseline, close[1], row[1]))
         for close, row in zip(baselines, alone, strict=True)
     )
-    upper_a, upper_b = beta.ppf(1 - level, good_a, bad_a), beta.ppf(1 - level, good_b, bad_b)
-    at_upper = upper_a * upper_b + (1 - upper_a) * (1 - upper_b)
-    flagged = (
-        tested & ~baseline & (binom.sf(evidence.pair_agreeing - 1, evidence.pair_total, at_upper) <= level)
+    flagged = np.zeros_like(tested)
+    for rows, quantile, bound in (
+        (np.flatnonzero(tested & ~baseline), 1 - level, level),
+        (np.flatnonzero(tested & baseline), 0.5, 4 * level),
+    ):
+        r_a = np.clip(beta.ppf(quantile, good_a[rows], bad_a[rows]), 0.5, 1 - 1e-6)
+        r_b = np.clip(beta.ppf(quantile, good_b[rows], bad_b[rows]), 0.5, 1 - 1e-6)
+        tail = binom.sf(
+            evidence.pair_agreeing[rows] - 1, evidence.pair_total[rows], agreement_chance(r_a, r_b)
+        )
+        flagged[rows] = tail <= bound
+    rows = np.flatnonzero(flagged & baseline)
+    flagged[rows] = (
+        agreement_tail(
+            evidence.pair_agreeing[rows],
+            evidence.pair_total[rows],
+            (good_a[rows], bad_a[rows]),
+            (good_b[rows], bad_b[rows]),
+        )
+        <= level
     )
-    median_a, median_b = beta.ppf(0.5, good_a, bad_a), beta.ppf(0.5, good_b, bad_b)
-    at_medians = median_a * median_b + (1 - median_a) * (1 - median_b)
-    candidate = tested & baseline
-    candidate &= binom.sf(evidence.pair_agreeing - 1, evidence.pair_total, at_medians) <= 4 * level
-    rows = np.flatnonzero(candidate)
-    tail = agreement_tail(
-        evidence.pair_agreeing[rows],
-        evidence.pair_total[rows],
-        (good_a[rows], bad_a[rows]),
-        (good_b[rows], bad_b[rows]),
-    )
-    flagged[rows] = tail <= level
     return flagged
 
 
