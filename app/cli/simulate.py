@@ -18,6 +18,8 @@ COMPARED = (
     ("interval_width", "ranks in a 95% rank interval (mean)", "{:.2f}"),
     ("coverage_full_mad", "intervals holding the full-MAD rank", "{:.1%}"),
     ("confident_swap_seeds", "seeds with a confident swap", "{:.1%}"),
+    ("discordant_pairs", "pairs ordered otherwise than full MAD (mean)", "{:.2f}"),
+    ("forecast_swaps", "... as the policy expected when it stopped", "{:.2f}"),
     ("wrong_decisions", "decided questions answered wrong", "{:.2%}"),
 )
 

@@ -88,6 +88,10 @@ class SeedResult:
     full_mad_ranks: tuple[int, ...]
     confident_swaps: int
     """Pairs of classifiers that full MAD's 95% rank intervals separate and the policy orders otherwise."""
+    discordant_pairs: int
+    """Pairs of classifiers that the recovered ranking orders otherwise than full MAD."""
+    forecast_swaps: float
+    """What the policy expected of that when it stopped: Labelling.forecast_swaps."""
     cases: CaseShares
     votes: int
     rank_low: tuple[int, ...]
@@ -156,7 +160,8 @@ class SimulationStudy:
         return float(self._per_seed("wrong").sum() / max(1.0, self._per_seed("decided").sum()))
 
     def summary(self) -> dict:
-        """The study's figures (issue 33): votes, SRCC against truth and full MAD, intervals, decisions."""
+        """The study's figures (issue 33): votes, SRCC against truth and full MAD, intervals, the pairs
+        ordered otherwise than full MAD beside what the stop expected (means over seeds), decisions."""
         return {
             "votes": self.votes_mean,
             "srcc_vs_full_mad": float(self._per_seed("srcc_full_mad").mean()),
@@ -166,6 +171,8 @@ class SimulationStudy:
             "coverage_full_mad": self.coverage_full_mad,
             "coverage_truth": self.coverage,
             "confident_swap_seeds": self.confident_swap_seeds,
+            "discordant_pairs": float(self._per_seed("discordant_pairs").mean()),
+            "forecast_swaps": float(self._per_seed("forecast_swaps").mean()),
             "wrong_decisions": self.wrong_decisions,
         }
 
@@ -184,6 +191,8 @@ class SimulationStudy:
                     "srcc": result.srcc,
                     "srcc_full_mad": result.srcc_full_mad,
                     "confident_swaps": result.confident_swaps,
+                    "discordant_pairs": result.discordant_pairs,
+                    "forecast_swaps": result.forecast_swaps,
                     "cases": asdict(result.cases),
                     "votes": result.votes,
                     "rank_low": list(result.rank_low),
@@ -332,6 +341,8 @@ def run_seed(taxonomy: Taxonomy, accuracies: np.ndarray, config: SimulationConfi
         srcc_full_mad=srcc(full, recovered),
         full_mad_ranks=tuple(full.tolist()),
         confident_swaps=confident_swaps(full_intervals.rank_low, full_intervals.rank_high, recovered),
+        discordant_pairs=discordant_pairs(full, recovered),
+        forecast_swaps=labelling.forecast_swaps,
         cases=case_shares(counts),
         votes=labelling.votes,
         rank_low=tuple(intervals.rank_low.tolist()),
@@ -352,6 +363,13 @@ def confident_swaps(full_low: np.ndarray, full_high: np.ndarray, ranks: np.ndarr
     while `ranks` put b above a."""
     separated = full_high[:, None] < full_low[None, :]
     return int((separated & (ranks[:, None] > ranks[None, :])).sum())
+
+
+def discordant_pairs(ranks: np.ndarray, other: np.ndarray) -> int:
+    """Pairs (a, b) that the two rankings order differently (Kendall's distance; a tie in either is no
+    order)."""
+    apart = np.sign(ranks[:, None] - ranks[None, :]) * np.sign(other[:, None] - other[None, :])
+    return int((apart < 0).sum() // 2)
 
 
 def run_study(config: SimulationConfig, taxonomy: Taxonomy | None = None) -> SimulationStudy:

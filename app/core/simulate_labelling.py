@@ -25,6 +25,7 @@ import numpy as np
 
 from app.core.active import (
     FOLD_REFRESHES,
+    PolicyDecision,
     active_policy,
     decided_early,
     image_priorities,
@@ -61,11 +62,14 @@ class LabellingDesign:
 
 @dataclass(frozen=True)
 class Labelling:
-    """Decided answers per question (UNDECIDED = never decided), and the votes cast to get them (gold
-    included)."""
+    """Decided answers per question (UNDECIDED = never decided), the votes cast to get them (gold
+    included), and the neighbours of the ranking that full MAD was then expected to reverse."""
 
     answers: np.ndarray
     votes: int
+    forecast_swaps: float = 0.0
+    """Σ F_uv of the policy run that settled the ranking (active_policy's expected_swaps); 0 when every
+    selected image was labelled (nothing left that could reverse a neighbour)."""
 
 
 def strict_majority(votes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -196,9 +200,9 @@ class _Queue:
             still_open[i, j] = still_open[j, i] = count
         return still_open
 
-    def refresh(self, settings: ActiveSettings, fold: int) -> bool:
+    def refresh(self, settings: ActiveSettings, fold: int) -> PolicyDecision:
         """Reliability and policy recomputed, each image's priority the `priority_levels` of its
-        `image_priorities` as a rerun stores them (`kept_levels` with this fold); True when settled."""
+        `image_priorities` as a rerun stores them (`kept_levels` with this fold)."""
         self.crowdwatch.refresh(settings.gold_rate)
         counts = counts_of(self.design, self.answers)
         decision = active_policy(counts, self.open_images(), alpha=settings.alpha)
@@ -206,7 +210,7 @@ class _Queue:
         worth[self.done] = 0.0  # as the service, whose rerun sees only the open images
         self.priority = kept_levels(self.priority, priority_levels(worth), fold)
         self.priority_order = np.lexsort((self.shuffle, -self.priority))
-        return decision.settled
+        return decision
 
     def next_image(self, uniform: bool) -> int | None:
         """The first open, unparked image in priority order (or uniform order)."""
@@ -233,15 +237,17 @@ def label_active(
     """Active MAD as the service runs it (module docstring)."""
     queue = _Queue(design, crowd, rng)
     every = refresh_interval(len(queue.answers), settings.refresh_every)
-    since_refresh = 0
+    since_refresh, forecast_swaps = 0, 0.0
     while True:
         if since_refresh >= every:
             since_refresh = 0
-            if queue.refresh(settings, FOLD_REFRESHES * every):
+            decision = queue.refresh(settings, FOLD_REFRESHES * every)
+            if decision.settled:
+                forecast_swaps = decision.expected_swaps
                 break
         image = queue.next_image(uniform=rng.random() < settings.uniform_floor)
         if image is None:
             break
         since_refresh += queue.label(image, crowd.votes.shape[1])
     gold = int(crowd.gold_after(queue.crowdwatch.cast, settings.gold_rate)[1].sum())
-    return Labelling(queue.answers, queue.votes + gold)
+    return Labelling(queue.answers, queue.votes + gold, forecast_swaps)

@@ -5,12 +5,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from app.core.active import DEFAULT_EXPECTED_SWAPS
 from app.core.selection import select_all_pairs
 from app.core.simulate import (
     TABLE_1_ACCURACIES,
     SimulationConfig,
     confident_swaps,
     confusion_cdf,
+    discordant_pairs,
     labelling_design,
     run_study,
     sample_confusions,
@@ -56,6 +58,8 @@ def test_study_is_deterministic_and_json_ready():
         "coverage_full_mad",
         "coverage_truth",
         "confident_swap_seeds",
+        "discordant_pairs",
+        "forecast_swaps",
         "wrong_decisions",
         "coverage",
     }
@@ -194,6 +198,9 @@ def test_active_policy_spends_fewer_votes_for_a_ranking_as_good():
     uniform = run_study(config)
     assert active.votes_mean < 0.8 * uniform.votes_mean
     assert active.summary()["srcc_vs_full_mad"] >= uniform.summary()["srcc_vs_full_mad"] - 0.05
+    # A stop's forecast is within the rule's bound; labelling everything leaves nothing to reverse.
+    assert all(0 <= result.forecast_swaps <= DEFAULT_EXPECTED_SWAPS for result in active.results)
+    assert [result.forecast_swaps for result in uniform.results] == [0.0] * 3
 
 
 def test_order_bias_puts_other_errors_at_the_top_of_each_list():
@@ -243,6 +250,13 @@ def test_confident_swaps_count_pairs_full_mad_separates_and_the_policy_reverses(
     assert confident_swaps(low, high, np.array([1, 2, 3])) == 0
     assert confident_swaps(low, high, np.array([2, 1, 3])) == 0  # 1 and 2 overlap in full MAD
     assert confident_swaps(low, high, np.array([3, 2, 1])) == 2  # (0, 2) and (1, 2)
+
+
+def test_discordant_pairs_count_the_pairs_two_rankings_order_differently():
+    assert discordant_pairs(np.array([1, 2, 3, 4]), np.array([1, 2, 3, 4])) == 0
+    assert discordant_pairs(np.array([1, 2, 3, 4]), np.array([2, 1, 3, 4])) == 1
+    assert discordant_pairs(np.array([1, 2, 3, 4]), np.array([4, 3, 2, 1])) == 6
+    assert discordant_pairs(np.array([1, 2, 3]), np.array([1, 1, 3])) == 0  # a tie orders nothing
 
 
 def test_coverage_counts_true_ranks_inside_their_intervals():
