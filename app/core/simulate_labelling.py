@@ -11,7 +11,8 @@ numbers), so the comparison measures the policies, not the draws.
   decided by `decided_early` (agreeing votes of vetted annotators, app/core/reliability.py) or else by the
   strict majority; gold questions are asked at `gold_rate` of everything handed out and counted as votes;
   every `refresh_interval` decided questions the annotators' reliability and `active_policy` are recomputed,
-  an image's priority being the `priority_levels` of its `image_priorities` (1 until the first refresh);
+  an image's priority being the `priority_levels` of its `image_priorities` (`UNRANKED_PRIORITY` until a
+  refresh ranks it);
   the next image is the highest priority, in a random order (seeded) within a level, or with probability
   `uniform_floor` the first unparked image in that random order. Labelling stops when the policy says the
   ranking is settled or nothing is open.
@@ -25,6 +26,7 @@ import numpy as np
 
 from app.core.active import (
     FOLD_REFRESHES,
+    UNRANKED_PRIORITY,
     PolicyDecision,
     active_policy,
     decided_early,
@@ -185,7 +187,7 @@ class _Queue:
         self.question_of = [np.unique(questions[owners == image]) for image in range(len(image_ids))]
         self.shuffle = rng.permutation(len(image_ids))
         self.done = np.zeros(len(image_ids), dtype=bool)
-        self.priority = np.ones(len(image_ids))
+        self.priority = np.full(len(image_ids), UNRANKED_PRIORITY)
         self.uniform_order = np.argsort(self.shuffle)
         self.priority_order = self.uniform_order
 
@@ -208,7 +210,7 @@ class _Queue:
         decision = active_policy(counts, self.open_images(), alpha=settings.alpha)
         worth = image_priorities(decision.priority, self.pair_of_row, self.image_of_row, len(self.priority))
         worth[self.done] = 0.0  # as the service, whose rerun sees only the open images
-        self.priority = kept_levels(self.priority, priority_levels(worth), fold)
+        self.priority = kept_levels(self.priority, priority_levels(worth), fold, self.shuffle)
         self.priority_order = np.lexsort((self.shuffle, -self.priority))
         return decision
 

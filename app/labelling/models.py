@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import JSON, ForeignKey, Index, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
+from app.core.active import UNRANKED_PRIORITY
 from app.db.base import Base, str_enum, utcnow
 
 
@@ -156,8 +157,8 @@ class LabelItem(Base):
     images first). spread: the image's position in its pairs' selections, so every pair advances together.
     shuffle: a random tie-break fixed at creation. priority: under active sampling, the policy's value of
     one more image of its pairs, summed, at the last refresh (0: all its pairs settled, the item is parked;
-    1 until a refresh has ranked it). flags: counted difficulty flags. kept: an admin overturned
-    its discard or its not-a-natural-photo flags, so flags no longer discard it.
+    UNRANKED_PRIORITY, the lowest level, until a refresh ranks it). flags: counted difficulty flags. kept: an
+    admin overturned its discard or its not-a-natural-photo flags, so flags no longer discard it.
     """
 
     __tablename__ = "label_items"
@@ -172,7 +173,7 @@ class LabelItem(Base):
     needed: Mapped[int] = mapped_column(default=0)
     spread: Mapped[int]
     shuffle: Mapped[int]
-    priority: Mapped[float] = mapped_column(default=1.0)
+    priority: Mapped[float] = mapped_column(default=UNRANKED_PRIORITY)
     flags: Mapped[int] = mapped_column(default=0)
     discarded: Mapped[bool] = mapped_column(default=False)
     kept: Mapped[bool] = mapped_column(default=False)

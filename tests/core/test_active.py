@@ -5,6 +5,7 @@ import pytest
 
 from app.core.active import (
     LOWEST_LEVEL,
+    UNRANKED_PRIORITY,
     active_policy,
     decided_early,
     forecast_full_mad,
@@ -192,15 +193,40 @@ def test_priority_levels_do_not_move_when_every_worth_shrinks_alike():
 def test_a_rerun_keeps_the_stored_level_within_one_step_and_rewrites_the_rest():
     stored = np.array([1.0, 1.0, 1.0, 1.0, 0.5, 0.0, 0.25])
     new = np.array([1.0, 2**-0.5, 2**0.5, 0.5, 2**-0.5, 2**-0.5, 0.0])
-    kept = kept_levels(stored, new, fold=len(new))
+    kept = kept_levels(stored, new, fold=len(new), shuffle=np.arange(len(new)))
     assert kept.tolist() == [1.0, 1.0, 1.0, 0.5, 0.5, 2**-0.5, 0.0]
 
 
 def test_below_the_fold_a_rerun_keeps_the_stored_levels_and_above_it_writes_them():
     stored = np.array([2**-3, 1.0, 2**-4, 2**-4, 1.0, 2**-2, 2**-7])
     new = np.array([1.0, 2**-3, 2**-1, 2**-5, 2**-6, 0.0, 2**-4])
-    # By `new`, the line of fold 2 is the third item's level, 2**-3: items 0, 2 and 1 are at it or above.
-    assert kept_levels(stored, new, fold=2).tolist() == [1.0, 2**-3, 2**-1, 2**-4, 2**-6, 0.0, 2**-7]
-    # Items 3 and 6 lay and lie below the line: kept, the queue reaches neither before the next rerun; item
+    shuffle = np.arange(len(new))
+    # By `new`, the fold of 2 is items 0 and 2, its lowest level 2**-1.
+    assert kept_levels(stored, new, fold=2, shuffle=shuffle).tolist() == [
+        1.0,
+        2**-3,
+        2**-1,
+        2**-4,
+        2**-6,
+        0.0,
+        2**-7,
+    ]
+    # Items 3 and 6 lay and lie below it: kept, the queue reaches neither before the next rerun; items 1 and
     # 4 fell from above it and item 5 is parked: written. With the fold at every item, all are written.
-    assert (kept_levels(stored, new, fold=len(new)) == new).all()
+    assert (kept_levels(stored, new, fold=len(new), shuffle=shuffle) == new).all()
+
+
+def test_from_unranked_a_rerun_lifts_the_fold_in_the_queues_order_and_leaves_the_rest():
+    stored = np.full(8, UNRANKED_PRIORITY)
+    new = np.array([1.0, 0.5, 0.5, 0.5, 0.5, 0.25, 0.0, 1.0])
+    shuffle = np.array([7, 3, 6, 1, 5, 0, 2, 4])
+    # The queue's first 4 by `new`: items 7 and 0 (level 1), then 3 and 1 of the four at 0.5 (by shuffle).
+    kept = kept_levels(stored, new, fold=4, shuffle=shuffle)
+    assert kept.tolist() == [1.0, 0.5, UNRANKED_PRIORITY, 0.5, UNRANKED_PRIORITY, UNRANKED_PRIORITY, 0.0, 1.0]
+    # Nothing the queue reaches before the next rerun is out of order: the fold comes first, as it would have.
+    order = np.lexsort((shuffle, -kept))
+    assert order[:4].tolist() == np.lexsort((shuffle, -new))[:4].tolist()
+    # Every level equal (no labels yet): the fold is lifted, and the queue's order is its shuffle either way.
+    equal = kept_levels(stored, np.ones(8), fold=4, shuffle=shuffle)
+    assert (equal == 1.0).sum() == 4
+    assert np.lexsort((shuffle, -equal))[:4].tolist() == np.argsort(shuffle)[:4].tolist()

@@ -8,10 +8,15 @@ from itertools import combinations
 
 import httpx
 import numpy as np
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from app.competitions.models import Competition, Sampling
+from app.competitions.schemas import CompetitionCreate
+from app.competitions.service import create_competition
+from app.core.active import UNRANKED_PRIORITY
 from app.core.reliability import unbiased_votes
+from app.db.base import utcnow
+from app.labelling.active_sampling import policy
 from app.labelling.active_sampling.policy import refresh
 from app.labelling.active_sampling.policy_runner import ready
 from app.labelling.models import (
@@ -19,6 +24,8 @@ from app.labelling.models import (
     AnnotatorAgreement,
     AnnotatorReliability,
     LabelItem,
+    PairImage,
+    PairSubset,
     Question,
     Vote,
 )
@@ -30,6 +37,7 @@ from tests.labelling.factories import (
     add_classifiers,
     add_images,
     entries,
+    labelling_competition,
     sign_in,
     users_with_tokens,
 )
@@ -500,3 +508,32 @@ def test_annotators_labelling_at_once_settle_an_active_competition(live_server):
     # votes of the 864 when quiet, 738-840 beside three busy loops (the same before and after the priorities
     # were written apart from the rerun). What active sampling saves is measured by `mad simulate --compare`.
     assert used < 2 * 6 * K * 3
+
+
+def test_a_rerun_writes_the_items_the_queue_reaches_first_not_every_item(db_session, monkeypatch):
+    monkeypatch.setattr(policy, "FOLD_REFRESHES", 1)  # a fold of refresh_interval items: 20
+    competition = create_competition(db_session=db_session, spec=CompetitionCreate(name="fold", k=10))
+    labelling_competition(db_session, competition, classifiers=5, images_per_pair=10)
+    policy.set_sampling(db_session, competition, Sampling.active)
+    stored = db_session.execute(
+        select(LabelItem.priority)
+        .where(LabelItem.competition_id == competition.id)
+        .order_by(LabelItem.shuffle)
+    )
+    # No label yet, so every item is worth as much: the queue's first 20 are lifted, the other 80 wait below.
+    assert stored.scalars().all() == [1.0] * 20 + [UNRANKED_PRIORITY] * 80
+    labelled = (
+        select(PairImage.image_id)
+        .join(PairSubset, PairSubset.id == PairImage.subset_id)
+        .where(PairSubset.competition_id == competition.id, PairImage.position < 4)
+    )
+    decided = db_session.execute(
+        update(Question)
+        .where(Question.competition_id == competition.id, Question.image_id.in_(labelled))
+        .values(outcome=Question.id % 3 == 0, decided_at=utcnow())
+    ).rowcount
+    rerun = policy.rerun(db_session, competition)
+    parked = int((rerun.levels.priorities == 0).sum())
+    assert decided == 80 and parked == 40, "the labelled images are parked"
+    # Besides them, at most the new fold lifted and the old one lowered, where a start at the top rewrote all.
+    assert len(rerun.levels.item_ids) - parked <= 40

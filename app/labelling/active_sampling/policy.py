@@ -312,10 +312,11 @@ def _open_pairs(
 def _changed_levels(
     db_session: Session, competition: Competition, pairs: OpenPairs, priority: np.ndarray, fold: int
 ) -> Levels:
-    """The items whose priority a rerun rewrites: kept_levels (with this fold) of their priority_levels of
-    their image_priorities over their open pairs (the sum of their priority[i, j]; 0 parks an item)."""
+    """The items whose priority a rerun rewrites: kept_levels (with this fold, and the items' shuffle, the
+    queue's tie-break) of their priority_levels of their image_priorities over their open pairs (the sum of
+    their priority[i, j]; 0 parks an item)."""
     statement = (
-        select(LabelItem.image_id, LabelItem.id, LabelItem.priority)
+        select(LabelItem.image_id, LabelItem.id, LabelItem.priority, LabelItem.shuffle)
         .where(LabelItem.competition_id == competition.id)
         .order_by(LabelItem.image_id)
     )
@@ -323,10 +324,11 @@ def _changed_levels(
     image_ids = np.array([row[0] for row in rows], dtype=np.int64)
     item_ids = np.array([row[1] for row in rows], dtype=np.int64)
     old = np.array([row[2] for row in rows], dtype=float)
+    shuffle = np.array([row[3] for row in rows], dtype=np.int64)
     position = np.searchsorted(image_ids, pairs.image_of_row).clip(max=max(len(rows) - 1, 0))
     known = image_ids[position] == pairs.image_of_row if len(rows) else np.zeros(0, dtype=bool)
     worth = image_priorities(priority, pairs.pair_of_row[known], position[known], len(rows))
-    new = kept_levels(old, priority_levels(worth), fold)
+    new = kept_levels(old, priority_levels(worth), fold, shuffle)
     changed = new != old
     return Levels(item_ids[changed], new[changed])
 
