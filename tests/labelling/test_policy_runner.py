@@ -201,7 +201,9 @@ def test_a_rerun_writes_its_priorities_in_short_transactions_and_stops_for_a_lat
         assert stored_priorities(sessions, competition_id) == {
             item_id: 1e-9 for item_id in first.levels.item_ids.tolist()
         }
-        assert policy.write_levels_in_turn(sessions, competition_id, first) == len(first.levels.item_ids)
+        written = policy.write_levels_in_turn(sessions, competition_id, first)
+        assert written.batches == len(first.levels.item_ids)
+        assert written.paused_s > 0, "paused after each batch but the last"
         assert stored_priorities(sessions, competition_id) == dict(
             zip(first.levels.item_ids.tolist(), first.levels.priorities.tolist(), strict=True)
         )
@@ -221,7 +223,7 @@ def test_a_rerun_writes_its_priorities_in_short_transactions_and_stops_for_a_lat
             return sessions()
 
         opened: list[bool] = []
-        assert policy.write_levels_in_turn(later_run_after_one_batch, competition_id, second) == 1
+        assert policy.write_levels_in_turn(later_run_after_one_batch, competition_id, second).batches == 1
         # The later run read the one item written and wrote the others itself: every item at its level.
         assert stored_priorities(sessions, competition_id) == dict(
             zip(second.levels.item_ids.tolist(), second.levels.priorities.tolist(), strict=True)
@@ -262,6 +264,14 @@ def test_after_a_rerun_the_policy_rests_four_times_as_long_unless_a_queue_ran_dr
         assert until is not None
         start = took_10_s.started
         assert 5 * (before - start) <= until - start <= 5 * (after - start)  # rest = 4 × (now − start)
+        paused = timedelta(seconds=8)  # its writer paused for 8 of those 10 s: only the 2 s it worked count
+        before = utcnow()
+        with sessions() as db_session, db_session.begin():
+            policy.rest(db_session, competition_id, took_10_s, paused.total_seconds())
+        after = utcnow()
+        until = resting_until(fresh_database_url, competition_id)
+        assert until is not None
+        assert 5 * (before - start) - 4 * paused <= until - start <= 5 * (after - start) - 4 * paused
         assert due(20, ran_dry=False) is None  # resting: the count stays for later
         assert due(1, ran_dry=True) is not None  # an annotator with nothing left does not wait
         after_the_dry_rerun = resting_until(fresh_database_url, competition_id)

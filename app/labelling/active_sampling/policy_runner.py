@@ -39,8 +39,8 @@ def refresh_if_due_at(
 ) -> tuple[int, datetime | None]:
     """policy.refresh_if_due in a transaction of its own on the database at `url` (this process's sessions
     of it, made at the first call), then the rerun's priorities in short transactions of their own
-    (policy.write_levels_in_turn), then its rest (policy.rest); the competition's refresh_interval, and
-    until when the policy rests."""
+    (policy.write_levels_in_turn, paced), then its rest (policy.rest, for the time it worked); the
+    competition's refresh_interval, and until when the policy rests."""
     if url not in _sessions:
         _sessions[url] = create_sessionmaker(create_db_engine(url, pool_size=1))
     with _sessions[url]() as db_session, db_session.begin():
@@ -48,9 +48,9 @@ def refresh_if_due_at(
             db_session, competition_id=competition_id, counted=counted, ran_dry=ran_dry
         )
     if due.rerun is not None:
-        policy.write_levels_in_turn(_sessions[url], competition_id, due.rerun)
+        written = policy.write_levels_in_turn(_sessions[url], competition_id, due.rerun)
         with _sessions[url]() as db_session, db_session.begin():
-            return due.interval, policy.rest(db_session, competition_id, due.rerun)
+            return due.interval, policy.rest(db_session, competition_id, due.rerun, written.paused_s)
     return due.interval, due.resting_until
 
 
