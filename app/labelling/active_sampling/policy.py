@@ -144,7 +144,8 @@ def refresh_if_due(
 
 
 POLICY_REST = 4.0
-"""After a rerun that took t seconds (from taking the competition's row to writing its last priority), no
+"""After a rerun that worked t seconds (from taking the competition's row to writing its last priority, less
+the writer's pauses, WRITE_PAUSE), no
 other is due for POLICY_REST × t, except for an annotator whose queue ran dry: reruns take at most a fifth of
 the time, however large the competition and however fast its answers come. At 10,000 questions and 400
 answers/s (benchmarks/labelling.py) the policy otherwise reran back to back, more than once a second."""
