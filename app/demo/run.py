@@ -51,7 +51,7 @@ from app.images.service import ImageLimits, import_entries
 from app.images.sources import Candidate
 from app.images.store import ImageStore
 from app.jobs.lifecycle import enqueue_classifier
-from app.labelling.active_sampling.policy import active_cost
+from app.labelling.active_sampling.cost import active_cost
 from app.labelling.active_sampling.policy_runner import ready
 from app.leaderboard.agreement import competition_quality
 from app.main import create_app

@@ -6,7 +6,8 @@ from sqlalchemy.orm import Session
 from app.classifiers.service import list_classifiers
 from app.competitions.models import Competition
 from app.i18n import N_
-from app.labelling.active_sampling.policy import FULL_DESIGN, active_cost, last_decision
+from app.labelling.active_sampling.cost import FULL_DESIGN, active_cost
+from app.labelling.active_sampling.policy import last_decision
 from app.labelling.active_sampling.reliability import early_decision_basis
 from app.labelling.schemas import EarlyDecisionsRead
 from app.labelling.types import actively_sampled

@@ -1,5 +1,5 @@
 """Active sampling in the service (issue 24; docs/architecture.md, The labelling queue): when the policy of
-app.core.active reruns, what it writes for the queue, and what settling cost.
+app.core.active reruns and what it writes for the queue (what settling cost: cost.py).
 
 Each server process counts the questions its answers decide and hands them to the policy's process in
 batches (app.labelling.active_sampling.policy_runner), which adds them to the competition's count
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import numpy as np
-from sqlalchemy import and_, case, func, or_, select, update
+from sqlalchemy import case, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.classifiers.enums import ClassifierStatus
@@ -44,17 +44,12 @@ from app.core.reliability import base_rate
 from app.db.base import utcnow
 from app.db.statements import conflict_insert
 from app.labelling import rules
+from app.labelling.active_sampling.cost import ActiveCost, active_cost
 from app.labelling.active_sampling.reliability import Tally, refit, tally_decided
 from app.labelling.items import lock_items, refresh_needed
-from app.labelling.models import ActivePolicy, LabelItem, PairImage, PairImageRole, PairSubset, Question, Vote
+from app.labelling.models import ActivePolicy, LabelItem, PairImage, PairImageRole, PairSubset, Question
 from app.labelling.results import QUESTION_A, QUESTION_B, pair_outcomes, with_pair_questions
 from app.labelling.types import LabellingSettings, NextItemStatus, early_rule
-
-FULL_DESIGN = (
-    "every selected image's questions each labelled to a strict majority of the panel: the fewest votes the "
-    "paper's protocol spends (disagreements cost it more), so the share of it shown is an upper bound"
-)
-"""How the full design's votes are estimated (shown beside them)."""
 
 
 def count_decisions(db_session: Session, competition_id: int, decided: int) -> None:
@@ -428,14 +423,6 @@ def redecide_open(db_session: Session, competition: LabellingSettings) -> None:
     refresh_needed(db_session, competition, items)
 
 
-@dataclass(frozen=True)
-class ActiveCost:
-    """Votes spent on regular questions, and the full design's (FULL_DESIGN)."""
-
-    votes_used: int
-    full_design_votes: int
-
-
 def _write_policy_row(
     db_session: Session,
     competition_id: int,
@@ -471,28 +458,6 @@ def _write_policy_row(
             index_elements=[ActivePolicy.competition_id], set_={**values, "decided_since_refresh": remaining}
         )
     )
-
-
-def active_cost(db_session: Session, competition_id: int, panel_size: int) -> ActiveCost:
-    """Votes stored on the competition's regular questions (every annotator's: what labelling cost), and
-    FULL_DESIGN's estimate: its regular questions on images not discarded × a strict majority of the panel."""
-    votes_used = db_session.scalar(
-        select(func.count())
-        .select_from(Vote)
-        .join(Question, Question.id == Vote.question_id)
-        .where(Vote.competition_id == competition_id, Question.gold_answer.is_(None))
-    )
-    questions = db_session.scalar(
-        select(func.count())
-        .select_from(Question)
-        .join(
-            LabelItem,
-            and_(LabelItem.competition_id == competition_id, LabelItem.image_id == Question.image_id),
-        )
-        .where(Question.competition_id == competition_id, Question.gold_answer.is_(None))
-        .where(~LabelItem.discarded)
-    )
-    return ActiveCost(int(votes_used or 0), int(questions or 0) * rules.majority(panel_size))
 
 
 def set_sampling(db_session: Session, competition: Competition, sampling: Sampling) -> None:
