@@ -25,6 +25,7 @@ from tests.leaderboard.scenario import (
     run_select_jobs,
     vote,
 )
+from tests.support.http import HTTP_TIMEOUT_S
 from tests.support.images import image_bytes
 from tests.support.jobs import diagnosis_upload
 from workers.worker import WorkerOptions, run_worker
@@ -65,7 +66,9 @@ def test_an_admin_adds_a_classifier_from_a_pretrained_tag_and_its_job_fails_offl
         admin_token = users_service.create_api_token(db_session=db_session, user=admin, name="test")
         worker_token = users_service.create_api_token(db_session=db_session, user=worker, name="test")
         db_session.commit()
-    with httpx.Client(base_url=live_server.url, headers={"Authorization": f"Bearer {admin_token}"}) as http:
+    with httpx.Client(
+        base_url=live_server.url, headers={"Authorization": f"Bearer {admin_token}"}, timeout=HTTP_TIMEOUT_S
+    ) as http:
         competition = http.post("/api/v1/competitions", json={"name": "imagenet"}).json()
         base = f"/api/v1/competitions/{competition['id']}"
         files = [("files", (f"{seed}.png", image_bytes(seed), "image/png")) for seed in range(3)]

@@ -37,6 +37,7 @@ from app.storage.keys import image_key, weights_key
 from app.users import service as users_service
 from app.users.models import Role
 from tests.conftest import settings_for
+from tests.support.http import HTTP_TIMEOUT_S
 from tests.support.images import write_images
 from workers.inference import InferenceEngine
 
@@ -104,7 +105,9 @@ def admin_client(live_service) -> Iterator[httpx.Client]:
         )
         token = users_service.create_api_token(db_session=session, user=user, name="test")
         session.commit()
-    with httpx.Client(base_url=live_service.url, headers={"Authorization": f"Bearer {token}"}) as client:
+    with httpx.Client(
+        base_url=live_service.url, headers={"Authorization": f"Bearer {token}"}, timeout=HTTP_TIMEOUT_S
+    ) as client:
         yield client
 
 

@@ -22,11 +22,11 @@ from app.storage import LocalBlobStore
 from app.storage.keys import image_key
 from tests.conftest import settings_for
 from tests.jobs.conftest import serving, set_up_competition
+from tests.support.http import HTTP_TIMEOUT_S
 from workers.client import LeaseLost, ServiceClient, ServiceError
 from workers.image_readers import ShardArchiveReader, StoreReader, archive_members, choose_reader
 
 N_IMAGES = 120
-HTTP_TIMEOUT_S = 60  # not httpx's default 5 s: the test checks what comes, not how fast
 
 
 def claim_predict(service) -> ClaimResponse:
@@ -93,7 +93,7 @@ def test_a_shard_archive_holds_its_images_in_order_for_the_lease_holder_only(liv
     assert claim.storage_url == live_service.settings.blob_store.url
     url = f"{live_service.url}/api/v1/jobs/{job.id}/images.tar"
     headers = {"Authorization": f"Bearer {live_service.worker_token}"}
-    with httpx.Client(timeout=HTTP_TIMEOUT_S) as http:  # a loaded CI machine once took over 5 s
+    with httpx.Client(timeout=HTTP_TIMEOUT_S) as http:
         whole = http.get(url, headers={**headers, "X-Lease-Token": job.lease_token})
         assert whole.status_code == 200 and whole.headers["content-type"] == "application/x-tar"
         older = http.get(url, params={"lease_token": job.lease_token}, headers=headers)  # older workers

@@ -20,6 +20,7 @@ from app.users.models import Role
 from tests.jobs.test_reselection import work
 from tests.leaderboard.scenario import DIGITS, corpus, noisy_predictions, register
 from tests.studies.helpers import CODES, CONSENT
+from tests.support.http import HTTP_TIMEOUT_S
 
 IMAGES = 40
 
@@ -28,7 +29,9 @@ def label_everything(base_url: str, competition_id: int, token: str) -> str:
     """The annotator answers yes to every question of every image handed to them (each pair's images then
     all come out Case I: no classifier ahead); the status they were last told."""
     labelling = f"/api/v1/competitions/{competition_id}/labelling"
-    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {token}"}) as http:
+    with httpx.Client(
+        base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=HTTP_TIMEOUT_S
+    ) as http:
         while (reply := http.post(f"{labelling}/next").json())["status"] == "item":
             answers = [{"question_id": q["question_id"], "answer": True} for q in reply["item"]["questions"]]
             assert http.post(f"{labelling}/answers", json={"answers": answers}).status_code == 200
@@ -38,7 +41,9 @@ def label_everything(base_url: str, competition_id: int, token: str) -> str:
 def next_status(base_url: str, competition_id: int, token: str) -> str:
     """What the labelling queue tells the annotator now."""
     url = f"{base_url}/api/v1/competitions/{competition_id}/labelling/next"
-    return httpx.post(url, headers={"Authorization": f"Bearer {token}"}).json()["status"]
+    return httpx.post(url, headers={"Authorization": f"Bearer {token}"}, timeout=HTTP_TIMEOUT_S).json()[
+        "status"
+    ]
 
 
 def test_a_reselection_under_active_sampling_unsettles_the_competition_and_counts_study_votes(
