@@ -94,6 +94,7 @@ def label_all(
     while True:
         given = 0
         for index, call in enumerate(calls):
+            wait_out_the_rest(db_session, competition.id)
             reply = brought.pop(index, None) or call.post("next")
             last[index] = reply["status"]
             if reply["status"] != "item":
@@ -113,6 +114,21 @@ def label_all(
                 brought[index] = following
         if not given:
             return set(last.values())
+
+
+def wait_out_the_rest(db_session, competition_id: int) -> None:
+    """Wait while the competition's policy rests after a rerun (policy.rest: four times as long as the rerun
+    worked), as annotators at a human pace would: on a loaded machine the rerun's process is starved, the rest
+    grows, and annotators answering back to back would label everything in it before the next rerun parks any
+    item (all 864 votes in one CI run)."""
+    while True:
+        db_session.rollback()  # a fresh snapshot (SQLite keeps a read transaction's)
+        resting_until = db_session.scalar(
+            select(ActivePolicy.resting_until).where(ActivePolicy.competition_id == competition_id)
+        )
+        if not policy.is_resting(resting_until):
+            return
+        time.sleep(0.02)
 
 
 def votes_of(db_session, competition: Competition) -> int:
