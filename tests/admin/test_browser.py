@@ -29,6 +29,7 @@ from tests.leaderboard.scenario import (
     run_select_jobs,
 )
 from tests.support.browser import PAGE_TIMEOUT_S, sign_in
+from tests.support.http import HTTP_TIMEOUT_S
 from workers.worker import WorkerOptions, run_worker
 
 N_IMAGES = 40
@@ -45,9 +46,8 @@ def vote_over_http(
     sent = 0
     labelling = f"/api/v1/competitions/{competition_id}/labelling"
     for token in tokens:
-        # a minute, not httpx's 5 s: the test checks what answers do, not how fast they come
         with httpx.Client(
-            base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=60.0
+            base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=HTTP_TIMEOUT_S
         ) as http:
             while (item := http.post(f"{labelling}/next").json()["item"]) is not None:
                 ordinal = ordinal_of[item["image_url"].rsplit("/", 1)[-1]]
@@ -65,7 +65,9 @@ def vote_over_http(
 
 def standing_of(base_url: str, competition_id: int, name: str) -> dict | None:
     """A classifier's row of the leaderboard API, or None while it is not ranked."""
-    board = httpx.get(f"{base_url}/api/v1/competitions/{competition_id}/leaderboard", timeout=60.0).json()
+    board = httpx.get(
+        f"{base_url}/api/v1/competitions/{competition_id}/leaderboard", timeout=HTTP_TIMEOUT_S
+    ).json()
     return next((row for row in board["classifiers"] if row["name"] == name), None)
 
 

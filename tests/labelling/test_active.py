@@ -42,6 +42,7 @@ from tests.labelling.factories import (
     users_with_tokens,
 )
 from tests.leaderboard.scenario import digits_competition
+from tests.support.http import HTTP_TIMEOUT_S
 
 K = 24
 ACCURACIES = (0.95, 0.7, 0.4, 0.1)
@@ -474,7 +475,7 @@ def label_concurrently(url: str, competition_id: int, truth: dict, image_of: dic
     none is given; the status then (a 5xx, a deadlock's, raises)."""
     headers = {"Authorization": f"Bearer {token}"}
     prefix = f"/api/v1/competitions/{competition_id}/labelling"
-    with httpx.Client(base_url=url, headers=headers, timeout=60) as http:
+    with httpx.Client(base_url=url, headers=headers, timeout=HTTP_TIMEOUT_S) as http:
         reply = http.post(f"{prefix}/next").raise_for_status().json()
         while reply["status"] in ("item", "busy"):
             if reply["status"] == "busy":

@@ -21,6 +21,7 @@ from app.labelling import rules
 from app.labelling.models import LabelItem, Question, Vote
 from app.users.models import Role, User
 from tests.labelling.factories import labelling_competition, users_with_tokens
+from tests.support.http import HTTP_TIMEOUT_S
 
 ANNOTATORS = 20
 TOGGLED = 4
@@ -83,10 +84,10 @@ def test_excluding_and_pausing_annotators_while_they_answer_keeps_every_count_tr
 
     def administer(crowd_done: threading.Event) -> None:
         """Exclude, count again and exclude the first annotators, and pause the next ones, as they label."""
-        with httpx.Client(  # a loaded 2-core machine can take longer than httpx's 5 s: this tests counts
+        with httpx.Client(
             base_url=f"{live_server.url}/api/v1",
             headers={"Authorization": f"Bearer {admin_token}"},
-            timeout=60,
+            timeout=HTTP_TIMEOUT_S,
         ) as admin:
             for excluded in (True, False, True):
                 for user_id, _ in annotators[:TOGGLED]:

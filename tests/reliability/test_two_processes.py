@@ -16,6 +16,7 @@ from app.jobs.service import enqueue_selections
 from app.users.models import Role
 from tests.labelling.factories import labelling_competition, users_with_tokens
 from tests.reliability.test_faults import Server
+from tests.support.http import HTTP_TIMEOUT_S
 
 MAX_FAILURES = 2
 
@@ -56,13 +57,15 @@ def servers(fresh_database_url, tmp_path):
 
 def labelled(url: str, competition_id: int) -> list[int]:
     """Each ranked classifier's labelled pair images on this server's leaderboard."""
-    board = httpx.get(f"{url}/api/v1/competitions/{competition_id}/leaderboard", timeout=60).json()
+    board = httpx.get(
+        f"{url}/api/v1/competitions/{competition_id}/leaderboard", timeout=HTTP_TIMEOUT_S
+    ).json()
     return [row["labelled_images"] for row in board["classifiers"]]
 
 
 def sign_in(url: str, password: str) -> int:
     """The status of a sign-in through the form of this server."""
-    with httpx.Client(base_url=url, timeout=60) as client:
+    with httpx.Client(base_url=url, timeout=HTTP_TIMEOUT_S) as client:
         csrf = re.search(r'name="csrf_token" value="([^"]+)"', client.get("/login").text).group(1)
         form = {"username": "annotator0", "password": password, "csrf_token": csrf, "next": "/"}
         return client.post("/login", data=form).status_code
@@ -77,9 +80,11 @@ def test_two_processes_share_the_leaderboard_cache_sign_in_failures_and_job_leas
 
     headers = {"Authorization": f"Bearer {annotator}"}
     prefix = f"{first.url}/api/v1/competitions/{competition_id}/labelling"
-    item = httpx.post(f"{prefix}/next", headers=headers, timeout=60).json()["item"]
+    item = httpx.post(f"{prefix}/next", headers=headers, timeout=HTTP_TIMEOUT_S).json()["item"]
     answers = [{"question_id": question["question_id"], "answer": True} for question in item["questions"]]
-    assert httpx.post(f"{prefix}/answers", headers=headers, json={"answers": answers}, timeout=60).is_success
+    assert httpx.post(
+        f"{prefix}/answers", headers=headers, json={"answers": answers}, timeout=HTTP_TIMEOUT_S
+    ).is_success
     assert labelled(second.url, competition_id) == labelled(first.url, competition_id) == [1, 1]
 
     assert [sign_in(first.url, "wrong guess") for _ in range(MAX_FAILURES)] == [401] * MAX_FAILURES
@@ -90,7 +95,7 @@ def test_two_processes_share_the_leaderboard_cache_sign_in_failures_and_job_leas
             f"{server.url}/api/v1/jobs/claim",
             headers={"Authorization": f"Bearer {worker}"},
             json={"worker": "w"},
-            timeout=60,
+            timeout=HTTP_TIMEOUT_S,
         )
         return response.json()["jobs"]
 
