@@ -272,6 +272,14 @@ def test_after_a_rerun_the_policy_rests_four_times_as_long_unless_a_queue_ran_dr
         until = resting_until(fresh_database_url, competition_id)
         assert until is not None
         assert 5 * (before - start) - 4 * paused <= until - start <= 5 * (after - start) - 4 * paused
+        reads_paused_5_s = replace(took_10_s, paused_s=5.0)  # and its reads 5 s, its writer 3 s: the same 8
+        before = utcnow()
+        with sessions() as db_session, db_session.begin():
+            policy.rest(db_session, competition_id, reads_paused_5_s, 3.0)
+        after = utcnow()
+        until = resting_until(fresh_database_url, competition_id)
+        assert until is not None
+        assert 5 * (before - start) - 4 * paused <= until - start <= 5 * (after - start) - 4 * paused
         assert due(20, ran_dry=False) is None  # resting: the count stays for later
         assert due(1, ran_dry=True) is not None  # an annotator with nothing left does not wait
         after_the_dry_rerun = resting_until(fresh_database_url, competition_id)

@@ -17,26 +17,20 @@ transaction, pausing between them (write_levels_in_turn): written in the rerun's
 questions they held thousands of items until its commit, and a submit on one of them waited up to seconds.
 """
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import numpy as np
-from sqlalchemy import case, or_, select, update
+from sqlalchemy import case, select, update
 from sqlalchemy.orm import Session
 
-from app.classifiers.enums import ClassifierStatus
-from app.classifiers.service import list_classifiers
 from app.competitions.models import Competition, Sampling
 from app.core.active import (
     DEFAULT_REFRESH_EVERY,
     FOLD_REFRESHES,
     PolicyDecision,
     active_policy,
-    image_priorities,
-    kept_levels,
-    priority_levels,
     refresh_interval,
 )
 from app.core.ranking import count_outcomes
@@ -45,10 +39,18 @@ from app.db.base import utcnow
 from app.db.statements import conflict_insert
 from app.labelling import rules
 from app.labelling.active_sampling.cost import ActiveCost, active_cost
+from app.labelling.active_sampling.reads import (
+    NO_LEVELS,
+    PAUSE,
+    Levels,
+    OpenPairs,
+    Pace,
+    changed_levels,
+    read_pairs,
+)
 from app.labelling.active_sampling.reliability import Tally, refit, tally_decided
 from app.labelling.items import lock_items, refresh_needed
-from app.labelling.models import ActivePolicy, LabelItem, PairImage, PairImageRole, PairSubset, Question
-from app.labelling.results import QUESTION_A, QUESTION_B, pair_outcomes, with_pair_questions
+from app.labelling.models import ActivePolicy, LabelItem, Question
 from app.labelling.types import LabellingSettings, NextItemStatus, early_rule
 
 
@@ -75,26 +77,17 @@ def _interval(full_design_votes: int, panel_size: int) -> int:
 
 
 @dataclass(frozen=True)
-class Levels:
-    """Items whose priority changed, and their new priorities."""
-
-    item_ids: np.ndarray
-    priorities: np.ndarray
-
-
-NO_LEVELS = Levels(np.zeros(0, dtype=np.int64), np.zeros(0))
-
-
-@dataclass(frozen=True)
 class Rerun:
     """A rerun of the policy: its decision (None below two ranked classifiers), the priorities it changed
-    (not yet written), its refreshed_at as stored (which run the policy row holds), and when it started."""
+    (not yet written), its refreshed_at as stored (which run the policy row holds), when it started, and how
+    long its reads paused (reads.Pace)."""
 
     decision: PolicyDecision | None
     levels: Levels
     refreshed_at: datetime
     started: datetime
     """When it took the competition's row (the start of the time it rests for)."""
+    paused_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -108,14 +101,14 @@ class Due:
 
 
 def refresh_if_due(
-    db_session: Session, *, competition_id: int, counted: int = 0, ran_dry: bool = False
+    db_session: Session, *, competition_id: int, counted: int = 0, ran_dry: bool = False, pause: float = 0.0
 ) -> Due:
-    """Add `counted` questions decided (count_decisions), then rerun the policy (rerun: its priorities are
-    the caller's to write, and it rests meanwhile) if the competition still samples actively and
-    refresh_interval questions were decided since the last run (another process's may have run meanwhile)
-    and it is not resting (any decided question, when an annotator's queue ran dry); with the competition's
-    refresh_interval, by which the server processes batch their counts (DEFAULT_REFRESH_EVERY while it has
-    no policy row)."""
+    """Add `counted` questions decided (count_decisions), then rerun the policy (rerun, its reads paced by
+    `pause`: its priorities are the caller's to write, and it rests meanwhile) if the competition still
+    samples actively and refresh_interval questions were decided since the last run (another process's may
+    have run meanwhile) and it is not resting (any decided question, when an annotator's queue ran dry); with
+    the competition's refresh_interval, by which the server processes batch their counts
+    (DEFAULT_REFRESH_EVERY while it has no policy row)."""
     _lock_policy(db_session, competition_id)
     if counted:
         count_decisions(db_session, competition_id, counted)
@@ -132,7 +125,7 @@ def refresh_if_due(
     resting = is_resting(resting_until)
     due = decided >= 1 if ran_dry else decided >= interval and not resting
     if due and competition.sampling == Sampling.active:
-        done = rerun(db_session, competition, counted=decided)
+        done = rerun(db_session, competition, counted=decided, pause=pause)
         # The rest so far: no other server process's rerun while this one writes its priorities.
         return Due(interval, done, rest(db_session, competition_id, done))
     return Due(interval, None, resting_until if resting else None)
@@ -140,10 +133,10 @@ def refresh_if_due(
 
 POLICY_REST = 4.0
 """After a rerun that worked t seconds (from taking the competition's row to writing its last priority, less
-the writer's pauses, WRITE_PAUSE), no
-other is due for POLICY_REST × t, except for an annotator whose queue ran dry: reruns take at most a fifth of
-the time, however large the competition and however fast its answers come. At 10,000 questions and 400
-answers/s (benchmarks/labelling.py) the policy otherwise reran back to back, more than once a second."""
+its reads' and its writer's pauses, reads.PAUSE), no other is due for POLICY_REST × t, except for an annotator
+whose queue ran dry: reruns take at most a fifth of the time, however large the competition and however fast
+its answers come. At 10,000 questions and 400 answers/s (benchmarks/labelling.py) the policy otherwise reran
+back to back, more than once a second."""
 
 
 def is_resting(resting_until: datetime | None) -> bool:
@@ -153,10 +146,11 @@ def is_resting(resting_until: datetime | None) -> bool:
 
 def rest(db_session: Session, competition_id: int, done: Rerun, paused_s: float = 0.0) -> datetime | None:
     """The rest after a rerun, for the time it worked so far: resting_until = now + POLICY_REST × (now − its
-    start − the `paused_s` its writer paused), unless a later run holds the policy row (refresh_if_due, and
-    again once its priorities are written); the time written (None when a later run holds the row)."""
+    start − the pauses of its reads and the `paused_s` of its writer), unless a later run holds the policy row
+    (refresh_if_due, and again once its priorities are written); the time written (None when a later run holds
+    the row)."""
     now = utcnow()
-    until = now + POLICY_REST * (now - done.started - timedelta(seconds=paused_s))
+    until = now + POLICY_REST * (now - done.started - timedelta(seconds=done.paused_s + paused_s))
     written = db_session.connection().execute(
         update(ActivePolicy)
         .where(ActivePolicy.competition_id == competition_id, ActivePolicy.refreshed_at == done.refreshed_at)
@@ -207,18 +201,6 @@ def _decided_after(db_session: Session, competition_id: int, through: datetime |
     return db_session.scalar(select(decided.exists())) is True
 
 
-@dataclass(frozen=True)
-class OpenPairs:
-    """Each stored pair's classifier indices among the ranked, how many of its images are still open
-    (selected, a question undecided), and one row per (open image, pair): the image's id, the pair's
-    classifier indices."""
-
-    index_of: dict[int, int]
-    open_images: np.ndarray
-    image_of_row: np.ndarray
-    pair_of_row: np.ndarray
-
-
 def refresh(db_session: Session, competition: Competition, counted: int = 0) -> PolicyDecision | None:
     """Rerun the policy (module docstring) and write its decision and the items' priorities in this
     transaction; `counted`: the decided questions it answers for, taken off the count. None when fewer than
@@ -228,14 +210,17 @@ def refresh(db_session: Session, competition: Competition, counted: int = 0) -> 
     return done.decision
 
 
-def rerun(db_session: Session, competition: Competition, counted: int = 0) -> Rerun:
+def rerun(db_session: Session, competition: Competition, counted: int = 0, pause: float = 0.0) -> Rerun:
     """Rerun the policy and write its decision but not the priorities it changed (refresh, or
-    write_levels_in_turn after this transaction commits)."""
+    write_levels_in_turn after this transaction commits); its reads are paced by `pause` (reads.Pace: the
+    policy's process, on Postgres), everything written after them."""
     _lock_policy(db_session, competition.id)
     started = utcnow()
-    by_pair = pair_outcomes(db_session=db_session, competition=competition)
-    pairs = _open_pairs(db_session, competition, by_pair)
+    pace = Pace(pause)
+    read = read_pairs(db_session, competition, pace)
+    by_pair, pairs = read.outcomes, read.open
     cost = active_cost(db_session, competition.id, competition.panel_size)
+    pace.pause()
     m = len(pairs.index_of)
     decision = None
     levels = NO_LEVELS
@@ -249,7 +234,7 @@ def rerun(db_session: Session, competition: Competition, counted: int = 0) -> Re
         counts = count_outcomes(outcomes, m)
         decision = active_policy(counts, pairs.open_images, alpha=competition.smoothing)
         fold = FOLD_REFRESHES * _interval(cost.full_design_votes, competition.panel_size)
-        levels = _changed_levels(db_session, competition, pairs, decision.priority, fold)
+        levels = changed_levels(db_session, competition, pairs, decision.priority, fold, pace)
         competition.settled = decision.settled and bool(counts.n.sum())
     totals = _tally(db_session, competition)
     refit(db_session, competition.id)
@@ -260,7 +245,7 @@ def rerun(db_session: Session, competition: Competition, counted: int = 0) -> Re
         select(ActivePolicy.refreshed_at).where(ActivePolicy.competition_id == competition.id)
     )
     assert refreshed_at is not None  # just written
-    return Rerun(decision, levels, refreshed_at, started)
+    return Rerun(decision, levels, refreshed_at, started, pace.paused_s)
 
 
 def _tally(db_session: Session, competition: Competition) -> Tally:
@@ -271,63 +256,6 @@ def _tally(db_session: Session, competition: Competition) -> Tally:
     )
     new = tally_decided(db_session, competition.id, competition.panel_size, before.through)
     return Tally(new.through, before.decided + new.decided, before.decided_yes + new.decided_yes)
-
-
-def _open_pairs(
-    db_session: Session, competition: Competition, by_pair: dict[tuple[int, int], np.ndarray]
-) -> OpenPairs:
-    """The ranked classifiers (neither retired nor failed, in a stored pair) and the pairs' open images."""
-    in_pairs = {classifier_id for pair in by_pair for classifier_id in pair}
-    ranked = [
-        c.id
-        for c in list_classifiers(db_session=db_session, competition_id=competition.id)
-        if c.id in in_pairs and c.status not in (ClassifierStatus.retired, ClassifierStatus.failed)
-    ]
-    index_of = {classifier_id: index for index, classifier_id in enumerate(ranked)}
-    statement = with_pair_questions(
-        select(PairImage.image_id, PairSubset.classifier_a_id, PairSubset.classifier_b_id)
-        .select_from(PairSubset)
-        .join(PairImage, PairImage.subset_id == PairSubset.id),
-        decided=False,
-    ).where(
-        PairSubset.competition_id == competition.id,
-        PairImage.role == PairImageRole.selected,
-        or_(QUESTION_A.outcome.is_(None), QUESTION_B.outcome.is_(None)),
-    )
-    rows = [
-        (image_id, index_of[a_id], index_of[b_id])
-        for image_id, a_id, b_id in db_session.connection().execute(statement)
-        if a_id in index_of and b_id in index_of
-    ]
-    table = np.array(rows, dtype=np.int64).reshape(-1, 3)
-    image_of_row, pair_of_row = table[:, 0], table[:, 1:]
-    open_images = np.zeros((len(ranked), len(ranked)), dtype=np.int64)
-    np.add.at(open_images, (pair_of_row[:, 0], pair_of_row[:, 1]), 1)
-    return OpenPairs(index_of, open_images + open_images.T, image_of_row, pair_of_row)
-
-
-def _changed_levels(
-    db_session: Session, competition: Competition, pairs: OpenPairs, priority: np.ndarray, fold: int
-) -> Levels:
-    """The items whose priority a rerun rewrites: kept_levels (with this fold, and the items' shuffle, the
-    queue's tie-break) of their priority_levels of their image_priorities over their open pairs (the sum of
-    their priority[i, j]; 0 parks an item)."""
-    statement = (
-        select(LabelItem.image_id, LabelItem.id, LabelItem.priority, LabelItem.shuffle)
-        .where(LabelItem.competition_id == competition.id)
-        .order_by(LabelItem.image_id)
-    )
-    rows = db_session.connection().execute(statement).all()
-    image_ids = np.array([row[0] for row in rows], dtype=np.int64)
-    item_ids = np.array([row[1] for row in rows], dtype=np.int64)
-    old = np.array([row[2] for row in rows], dtype=float)
-    shuffle = np.array([row[3] for row in rows], dtype=np.int64)
-    position = np.searchsorted(image_ids, pairs.image_of_row).clip(max=max(len(rows) - 1, 0))
-    known = image_ids[position] == pairs.image_of_row if len(rows) else np.zeros(0, dtype=bool)
-    worth = image_priorities(priority, pairs.pair_of_row[known], position[known], len(rows))
-    new = kept_levels(old, priority_levels(worth), fold, shuffle)
-    changed = new != old
-    return Levels(item_ids[changed], new[changed])
 
 
 LEVELS_AT_ONCE = 250
@@ -365,14 +293,6 @@ def write_levels(db_session: Session, levels: Levels) -> None:
         _write_batch(db_session, level, item_ids)
 
 
-WRITE_PAUSE = 2.0
-"""After each batch of a rerun's priorities its writer pauses WRITE_PAUSE times as long as the batch took, so
-that the writes take at most a third of one database connection's time (Postgres paces its own vacuum the same
-way, vacuum_cost_delay): the database serves requests at its normal priority whatever the policy's process's
-niceness, and at 100,000 questions a rerun's 5,000-7,000 writes back to back put next and submit p99 at
-1.34-1.41x uniform's (README, Development)."""
-
-
 @dataclass(frozen=True)
 class Written:
     """What write_levels_in_turn did: the batches written, and the seconds it paused between them."""
@@ -383,25 +303,22 @@ class Written:
 
 def write_levels_in_turn(sessions: Callable[[], Session], competition_id: int, done: Rerun) -> Written:
     """Write a committed rerun's changed priorities one batch per transaction, so that no item stays locked
-    longer than one batch's statement, pausing after each (WRITE_PAUSE); each first takes the competition's
-    row, as reruns do, and stops once the policy row holds a later run (which read the items as written so
-    far and writes its own changes from there)."""
-    written, paused, pause = 0, 0.0, 0.0
-    for level, item_ids in _batches(done.levels):
-        time.sleep(pause)
-        paused += pause
-        started = time.perf_counter()
+    longer than one batch's statement, pausing between them (reads.Pace, PAUSE); each first takes the
+    competition's row, as reruns do, and stops once the policy row holds a later run (which read the items as
+    written so far and writes its own changes from there)."""
+    batches, pace = _batches(done.levels), Pace(PAUSE)
+    for written, (level, item_ids) in enumerate(batches):
+        if written:
+            pace.pause()
         with sessions() as db_session, db_session.begin():
             _lock_policy(db_session, competition_id)
             last = db_session.scalar(
                 select(ActivePolicy.refreshed_at).where(ActivePolicy.competition_id == competition_id)
             )
             if last != done.refreshed_at:
-                return Written(written, paused)
+                return Written(written, pace.paused_s)
             _write_batch(db_session, level, item_ids)
-        written += 1
-        pause = WRITE_PAUSE * (time.perf_counter() - started)
-    return Written(written, paused)
+    return Written(len(batches), pace.paused_s)
 
 
 def redecide_open(db_session: Session, competition: LabellingSettings) -> None:

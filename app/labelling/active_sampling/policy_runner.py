@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.db.base import utcnow
 from app.db.engine import create_db_engine, create_sessionmaker
 from app.labelling.active_sampling import policy
+from app.labelling.active_sampling.reads import PAUSE
 from app.labelling.metrics import POLICY_RERUN_FAILURES
 
 logger = logging.getLogger(__name__)
@@ -38,14 +39,17 @@ def refresh_if_due_at(
     url: str, competition_id: int, counted: int, ran_dry: bool
 ) -> tuple[int, datetime | None]:
     """policy.refresh_if_due in a transaction of its own on the database at `url` (this process's sessions
-    of it, made at the first call), then the rerun's priorities in short transactions of their own
-    (policy.write_levels_in_turn, paced), then its rest (policy.rest, for the time it worked); the
-    competition's refresh_interval, and until when the policy rests."""
+    of it, made at the first call), its reads paced on Postgres (reads.PAUSE; on SQLite the transaction holds
+    the one write lock from its BEGIN IMMEDIATE, which pauses would only make every writer wait for), then the
+    rerun's priorities in short transactions of their own (policy.write_levels_in_turn, paced), then its rest
+    (policy.rest, for the time it worked); the competition's refresh_interval, and until when the policy
+    rests."""
     if url not in _sessions:
         _sessions[url] = create_sessionmaker(create_db_engine(url, pool_size=1))
     with _sessions[url]() as db_session, db_session.begin():
+        pause = PAUSE if db_session.get_bind().dialect.name == "postgresql" else 0.0
         due = policy.refresh_if_due(
-            db_session, competition_id=competition_id, counted=counted, ran_dry=ran_dry
+            db_session, competition_id=competition_id, counted=counted, ran_dry=ran_dry, pause=pause
         )
     if due.rerun is not None:
         written = policy.write_levels_in_turn(_sessions[url], competition_id, due.rerun)

@@ -1,0 +1,103 @@
+"""The active policy's paced reads (app/labelling/active_sampling/reads.py): read a few pairs or items per
+statement with pauses between, a rerun finds exactly what one statement each would, and the leaderboard's
+labelled outcomes."""
+
+import numpy as np
+from sqlalchemy import event, select, update
+
+from app.competitions.models import Sampling
+from app.competitions.schemas import CompetitionCreate
+from app.competitions.service import create_competition
+from app.db.base import utcnow
+from app.labelling.active_sampling import policy, reads
+from app.labelling.models import PairImage, PairSubset, Question
+from app.labelling.results import pair_outcomes
+from tests.labelling.factories import labelling_competition
+
+PAIRS = 10
+"""Pairs of the 5 classifiers."""
+
+
+def half_labelled(db_session):
+    """An active competition of 10 pairs of 6 images (k = 4 selected): the images at positions 0-1 of every
+    pair labelled, at position 2 only the question about label_a decided (still open), the rest open."""
+    competition = create_competition(db_session=db_session, spec=CompetitionCreate(name="paced", k=4))
+    labelling_competition(db_session, competition, classifiers=5, images_per_pair=6)
+    policy.set_sampling(db_session, competition, Sampling.active)
+    at = (
+        select(PairImage.image_id)
+        .join(PairSubset, PairSubset.id == PairImage.subset_id)
+        .where(PairSubset.competition_id == competition.id)
+    )
+    decide = update(Question).values(outcome=Question.id % 3 == 0, decided_at=utcnow())
+    db_session.execute(decide.where(Question.image_id.in_(at.where(PairImage.position < 2))))
+    first_label = select(PairImage.label_a).where(
+        PairImage.position == 2, PairImage.image_id == Question.image_id
+    )
+    db_session.execute(
+        decide.where(
+            Question.image_id.in_(at.where(PairImage.position == 2)),
+            Question.class_index == first_label.scalar_subquery(),
+        )
+    )
+    db_session.commit()
+    return competition
+
+
+def test_a_paced_read_of_one_pair_at_a_time_finds_what_the_leaderboard_and_one_statement_find(
+    db_session, monkeypatch
+):
+    competition = half_labelled(db_session)
+    at_once = reads.read_pairs(db_session, competition, reads.Pace(0.0))
+    monkeypatch.setattr(reads, "PAIRS_AT_ONCE", 1)
+    pace = reads.Pace(0.5)
+    one_by_one = reads.read_pairs(db_session, competition, pace)
+
+    assert pace.paused_s > 0
+    leaderboard = pair_outcomes(db_session=db_session, competition=competition)
+    for read in (at_once, one_by_one):
+        assert read.outcomes.keys() == leaderboard.keys() and len(leaderboard) == PAIRS
+        for pair, labels in leaderboard.items():
+            np.testing.assert_array_equal(read.outcomes[pair], labels)
+            assert labels.shape == (2, 2), "positions 0 and 1 labelled, in selection order"
+        # Positions 2 and 3 of every pair open (2 with one question decided), in both directions.
+        assert read.open.open_images.sum() == 2 * 2 * PAIRS
+        assert len(read.open.image_of_row) == 2 * PAIRS
+    np.testing.assert_array_equal(one_by_one.open.image_of_row, at_once.open.image_of_row)
+    np.testing.assert_array_equal(one_by_one.open.pair_of_row, at_once.open.pair_of_row)
+
+
+def test_statements_of_a_paced_read_each_cover_a_few_pairs(db_session, monkeypatch):
+    competition = half_labelled(db_session)
+    statements = []
+
+    def count(*_):
+        statements.append(1)
+
+    connection = db_session.connection()
+    event.listen(connection, "before_cursor_execute", count)
+    try:
+        reads.read_pairs(db_session, competition, reads.Pace(0.0))
+        at_once = len(statements)
+        monkeypatch.setattr(reads, "PAIRS_AT_ONCE", 3)
+        reads.read_pairs(db_session, competition, reads.Pace(0.01))
+    finally:
+        event.remove(connection, "before_cursor_execute", count)
+    in_chunks = len(statements) - at_once
+    # ceil(10 / 3) = 4 statements of selected images where one did at once; the rest the same.
+    assert in_chunks - at_once == 4 - 1
+
+
+def test_a_paced_rerun_changes_the_levels_an_unpaced_one_does_and_counts_its_pauses(db_session, monkeypatch):
+    competition = half_labelled(db_session)
+    unpaced = policy.rerun(db_session, competition)
+    monkeypatch.setattr(reads, "PAIRS_AT_ONCE", 2)
+    monkeypatch.setattr(reads, "ITEMS_AT_ONCE", 7)  # several statements, the last one short
+    paced = policy.rerun(db_session, competition, pause=0.5)
+
+    assert unpaced.paused_s == 0 and paced.paused_s > 0
+    assert unpaced.decision is not None and paced.decision is not None
+    np.testing.assert_array_equal(paced.decision.priority, unpaced.decision.priority)
+    np.testing.assert_array_equal(paced.levels.item_ids, unpaced.levels.item_ids)
+    np.testing.assert_array_equal(paced.levels.priorities, unpaced.levels.priorities)
+    assert (unpaced.levels.priorities == 0).sum() == 2 * PAIRS, "the labelled images are parked"
