@@ -2,10 +2,12 @@
 
 import os
 import signal
+import sqlite3
+import subprocess
 import time
 from datetime import timedelta
 
-from sqlalchemy import select
+from sqlalchemy import make_url, select
 
 from app.classifiers.enums import ClassifierStatus
 from app.classifiers.models import Classifier
@@ -34,12 +36,43 @@ def wait_until_holding_a_job(service, name: str) -> None:
     raise AssertionError(f"timed out waiting for worker {name} to claim a job")
 
 
+def stop_outside_a_transaction(service, worker: subprocess.Popen) -> None:
+    """SIGSTOP the worker at a moment it holds no transaction open. On SQLite every transaction holds the one
+    write lock from its BEGIN IMMEDIATE, so a worker stopped inside one kept everybody else from the database
+    ("database is locked" after the 60 s busy timeout, in a CI run); there, stop it again until the lock is
+    free. On Postgres a stopped worker's transaction holds only its own rows, which claims skip."""
+    url = make_url(service.settings.sqlalchemy_url)
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        worker.send_signal(signal.SIGSTOP)
+        if url.get_backend_name() != "sqlite" or write_lock_free(str(url.database)):
+            return
+        worker.send_signal(signal.SIGCONT)
+        time.sleep(0.01)
+    raise AssertionError("the first worker held the SQLite write lock at every try")
+
+
+def write_lock_free(path: str) -> bool:
+    """Whether SQLite's write lock on the database at `path` can be taken within a second (taken, let go)."""
+    connection = sqlite3.connect(path, timeout=1.0, isolation_level=None)
+    try:
+        connection.execute("BEGIN IMMEDIATE")
+        connection.execute("ROLLBACK")
+        return True
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        connection.close()
+
+
 def test_two_local_workers_on_one_database_both_finish_cleanly(live_service, tmp_path):
     set_up_competition(live_service, tmp_path, images=400, architectures=("test_resnet", "test_efficientnet"))
     workers = [local_worker(live_service.settings, "first")]
     try:
         wait_until_holding_a_job(live_service, "first")
-        workers[0].send_signal(signal.SIGSTOP)  # hold it mid-job while the second starts with its own token
+        stop_outside_a_transaction(
+            live_service, workers[0]
+        )  # mid-job, while the second starts with its token
         workers.append(local_worker(live_service.settings, "second"))
         wait_until_holding_a_job(live_service, "second")
         workers[0].send_signal(signal.SIGCONT)  # its next heartbeat and upload use its token
