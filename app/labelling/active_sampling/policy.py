@@ -1,5 +1,6 @@
 """Active sampling in the service (issue 24; docs/architecture.md, The labelling queue): when the policy of
-app.core.active reruns and what it writes for the queue (what settling cost: cost.py).
+app.core.active reruns and what it writes for the queue (what it reads, paced: reads.py; what settling cost:
+cost.py).
 
 Each server process counts the questions its answers decide and hands them to the policy's process in
 batches (app.labelling.active_sampling.policy_runner), which adds them to the competition's count
