@@ -76,9 +76,9 @@ class PairsRead:
 
 def read_pairs(db_session: Session, competition: Competition, pace: Pace) -> PairsRead:
     """Every selected image of every stored pair with its two questions' outcomes, PAIRS_AT_ONCE pairs per
-    statement (each its own snapshot at READ COMMITTED: every pair is read whole), pacing after each (unpaced,
-    a rerun within a request: all in one): a pair image is labelled when both outcomes are known
-    (results.pair_outcomes), open otherwise."""
+    statement (a range of pair ids; each its own snapshot at READ COMMITTED: every pair is read whole), pacing
+    after each (unpaced, a rerun within a request: all in one): a pair image is labelled when both outcomes
+    are known (results.pair_outcomes), open otherwise."""
     pairs = db_session.execute(
         select(PairSubset.id, PairSubset.classifier_a_id, PairSubset.classifier_b_id)
         .where(PairSubset.competition_id == competition.id)
@@ -88,7 +88,7 @@ def read_pairs(db_session: Session, competition: Competition, pace: Pace) -> Pai
     open_rows: list[tuple[int, int, int]] = []
     at_once = PAIRS_AT_ONCE if pace.factor else max(len(pairs), 1)
     for start in range(0, len(pairs), at_once):
-        chunk = [subset_id for subset_id, _, _ in pairs[start : start + at_once]]
+        first, last = pairs[start][0], pairs[min(start + at_once, len(pairs)) - 1][0]
         statement = with_pair_questions(
             select(
                 PairSubset.classifier_a_id,
@@ -100,7 +100,11 @@ def read_pairs(db_session: Session, competition: Competition, pace: Pace) -> Pai
             .select_from(PairSubset)
             .join(PairImage, PairImage.subset_id == PairSubset.id),
             decided=False,
-        ).where(PairSubset.id.in_(chunk), PairImage.role == PairImageRole.selected)
+        ).where(
+            PairSubset.competition_id == competition.id,
+            PairSubset.id.between(first, last),
+            PairImage.role == PairImageRole.selected,
+        )
         rows = db_session.connection().execute(statement.order_by(PairSubset.id, PairImage.position))
         for a_id, b_id, image_id, correct_a, correct_b in rows:
             if correct_a is None or correct_b is None:
