@@ -96,7 +96,7 @@ def test_mad_worker_alone_predicts_and_selects_every_pair(
     assert result.exit_code == 0, result.output
     assert f"Finished {3 * N_IMAGES // SHARD + 3} jobs." in result.output
     # read at once: the worker counts as seen for the lease (2 s) after its last claim, and the checks below
-    # take longer than that on a busy machine
+    # take longer than that on a busy machine (the request itself may too: see the warning below)
     progress = admin_client.get(f"/api/v1/competitions/{competition_id}/progress").json()
 
     with live_service.session() as session:
@@ -121,7 +121,11 @@ def test_mad_worker_alone_predicts_and_selects_every_pair(
 
     assert [(p["selected"], p["shortfall"]) for p in progress.pop("pairs")] == [(K, None)] * 3
     (seen,) = progress.pop("workers")  # the worker, by its default name host:pid, seen just now
-    assert re.fullmatch(r".+:\d+", seen["worker"]) and progress.pop("worker_warning") is None
+    assert re.fullmatch(r".+:\d+", seen["worker"])
+    # No warning while it counts as seen (the lease, 2 s, after its last claim); past that on a loaded machine
+    # (a CI run) the warning says since when, and that nothing waits.
+    lost = f"No worker seen for {seen['seen_ago']}; no job waits: start one with `mad worker`."
+    assert progress.pop("worker_warning") in (None, lost)
     assert progress == {
         "competition_id": competition_id,
         "images": N_IMAGES,
