@@ -70,9 +70,8 @@ def test_two_local_workers_on_one_database_both_finish_cleanly(live_service, tmp
     workers = [local_worker(live_service.settings, "first")]
     try:
         wait_until_holding_a_job(live_service, "first")
-        stop_outside_a_transaction(
-            live_service, workers[0]
-        )  # mid-job, while the second starts with its token
+        # Hold it mid-job while the second starts with its own token.
+        stop_outside_a_transaction(live_service, workers[0])
         workers.append(local_worker(live_service.settings, "second"))
         wait_until_holding_a_job(live_service, "second")
         workers[0].send_signal(signal.SIGCONT)  # its next heartbeat and upload use its token
