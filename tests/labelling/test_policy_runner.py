@@ -9,20 +9,21 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 import httpx
-from sqlalchemy import select, update
+from sqlalchemy import select, text, update
 
 from app.competitions.models import Competition, Sampling
 from app.competitions.schemas import CompetitionCreate
 from app.competitions.service import create_competition
 from app.db.base import utcnow
 from app.db.engine import create_db_engine, create_sessionmaker
-from app.labelling.active_sampling import policy
+from app.labelling.active_sampling import policy, policy_runner
 from app.labelling.active_sampling.policy import set_sampling
 from app.labelling.active_sampling.policy_runner import (
     BATCHES_PER_INTERVAL,
     POLICY_NICENESS,
     PolicyRunner,
     ready,
+    refresh_if_due_at,
 )
 from app.labelling.models import ActivePolicy, LabelItem
 from app.users.models import Role
@@ -310,3 +311,21 @@ def test_a_server_process_keeps_its_count_while_the_policy_rests(fresh_database_
         assert runner.pending[competition_id] == 100
     finally:
         runner.close()
+
+
+def test_the_policy_commits_without_waiting_for_the_disk_where_the_requests_wait(fresh_database_url):
+    competition_id = active_competition(fresh_database_url)  # 5 counted, refresh_interval 20
+    before = policy_row_value(fresh_database_url, competition_id, ActivePolicy.refreshed_at)
+    try:
+        refresh_if_due_at(fresh_database_url, competition_id, counted=20, ran_dry=False)
+        after = policy_row_value(fresh_database_url, competition_id, ActivePolicy.refreshed_at)
+        assert after is not None and after != before  # reran and committed: another connection sees it
+        if fresh_database_url.startswith("postgresql"):
+            with policy_runner._sessions[fresh_database_url]() as db_session:
+                assert db_session.scalar(text("SHOW synchronous_commit")) == "off"
+            engine = create_db_engine(fresh_database_url)  # what the requests commit on
+            with engine.connect() as connection:
+                assert connection.scalar(text("SHOW synchronous_commit")) == "on"
+            engine.dispose()
+    finally:
+        policy_runner._sessions.pop(fresh_database_url).kw["bind"].dispose()
