@@ -9,9 +9,12 @@ from app.competitions.models import Sampling
 from app.competitions.schemas import CompetitionCreate
 from app.competitions.service import create_competition
 from app.db.base import utcnow
-from app.labelling.active_sampling import policy, reads
-from app.labelling.models import PairImage, PairSubset, Question
+from app.labelling.active_sampling import cost, policy, reads
+from app.labelling.active_sampling.cost import active_cost
+from app.labelling.models import PairImage, PairSubset, Question, Vote
 from app.labelling.results import pair_outcomes
+from app.users import service as users_service
+from app.users.models import Role
 from tests.labelling.factories import labelling_competition
 
 PAIRS = 10
@@ -101,3 +104,43 @@ def test_a_paced_rerun_changes_the_levels_an_unpaced_one_does_and_counts_its_pau
     np.testing.assert_array_equal(paced.levels.item_ids, unpaced.levels.item_ids)
     np.testing.assert_array_equal(paced.levels.priorities, unpaced.levels.priorities)
     assert (unpaced.levels.priorities == 0).sum() == 2 * PAIRS, "the labelled images are parked"
+
+
+def test_a_paced_cost_counts_a_few_questions_at_a_time_what_one_statement_counts(db_session, monkeypatch):
+    competition = half_labelled(db_session)
+    voters = [
+        users_service.create_user(
+            db_session=db_session, username=f"voter-{at}", role=Role.annotator, password="long enough"
+        )
+        for at in range(3)
+    ]
+    questions = db_session.scalars(
+        select(Question).where(Question.competition_id == competition.id).order_by(Question.id)
+    ).all()
+    for at, question in enumerate(questions):  # 1, 2, 3, 1, 2, 3, … votes
+        db_session.add_all(
+            Vote(competition_id=competition.id, question_id=question.id, user_id=voter.id, answer=True)
+            for voter in voters[: at % 3 + 1]
+        )
+    questions[0].gold_answer = True  # a gold question's votes and the question itself are not counted
+    db_session.commit()
+    statements = []
+
+    def count(*_):
+        statements.append(1)
+
+    connection = db_session.connection()
+    event.listen(connection, "before_cursor_execute", count)
+    try:
+        unpaced = active_cost(db_session, competition.id, 5, reads.Pace(0.0))
+        at_once = len(statements)
+        monkeypatch.setattr(cost, "QUESTIONS_AT_ONCE", 7)
+        paced = active_cost(db_session, competition.id, 5, reads.Pace(0.001))
+    finally:
+        event.remove(connection, "before_cursor_execute", count)
+    assert unpaced.votes_used == sum(at % 3 + 1 for at in range(1, len(questions)))
+    assert unpaced.full_design_votes == (len(questions) - 1) * 3  # a strict majority of 5
+    assert paced == unpaced
+    span = questions[-1].id - questions[0].id + 1
+    assert at_once == 3  # the ids' range, then the votes and the questions at once
+    assert len(statements) - at_once == 1 + 2 * -(-span // 7)

@@ -220,8 +220,7 @@ def rerun(db_session: Session, competition: Competition, counted: int = 0, pause
     pace = Pace(pause)
     read = read_pairs(db_session, competition, pace)
     by_pair, pairs = read.outcomes, read.open
-    cost = active_cost(db_session, competition.id, competition.panel_size)
-    pace.pause()
+    cost = active_cost(db_session, competition.id, competition.panel_size, pace)
     m = len(pairs.index_of)
     decision = None
     levels = NO_LEVELS
