@@ -2,6 +2,9 @@
 statement with pauses between, a rerun finds exactly what one statement each would, and the leaderboard's
 labelled outcomes."""
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 from sqlalchemy import event, select, update
 
@@ -70,9 +73,10 @@ def test_a_paced_read_of_one_pair_at_a_time_finds_what_the_leaderboard_and_one_s
     np.testing.assert_array_equal(one_by_one.open.pair_of_row, at_once.open.pair_of_row)
 
 
-def test_statements_of_a_paced_read_each_cover_a_few_pairs(db_session, monkeypatch):
-    competition = half_labelled(db_session)
-    statements = []
+@contextmanager
+def counting_statements(db_session) -> Iterator[list[int]]:
+    """A list that gets one entry per statement the session's connection executes within the block."""
+    statements: list[int] = []
 
     def count(*_):
         statements.append(1)
@@ -80,12 +84,18 @@ def test_statements_of_a_paced_read_each_cover_a_few_pairs(db_session, monkeypat
     connection = db_session.connection()
     event.listen(connection, "before_cursor_execute", count)
     try:
+        yield statements
+    finally:
+        event.remove(connection, "before_cursor_execute", count)
+
+
+def test_statements_of_a_paced_read_each_cover_a_few_pairs(db_session, monkeypatch):
+    competition = half_labelled(db_session)
+    with counting_statements(db_session) as statements:
         reads.read_pairs(db_session, competition, reads.Pace(0.0))
         at_once = len(statements)
         monkeypatch.setattr(reads, "PAIRS_AT_ONCE", 3)
         reads.read_pairs(db_session, competition, reads.Pace(0.01))
-    finally:
-        event.remove(connection, "before_cursor_execute", count)
     in_chunks = len(statements) - at_once
     # ceil(10 / 3) = 4 statements of selected images where one did at once; the rest the same.
     assert in_chunks - at_once == 4 - 1
@@ -124,20 +134,11 @@ def test_a_paced_cost_counts_a_few_questions_at_a_time_what_one_statement_counts
         )
     questions[0].gold_answer = True  # a gold question's votes and the question itself are not counted
     db_session.commit()
-    statements = []
-
-    def count(*_):
-        statements.append(1)
-
-    connection = db_session.connection()
-    event.listen(connection, "before_cursor_execute", count)
-    try:
+    with counting_statements(db_session) as statements:
         unpaced = active_cost(db_session, competition.id, 5, reads.Pace(0.0))
         at_once = len(statements)
         monkeypatch.setattr(cost, "QUESTIONS_AT_ONCE", 7)
         paced = active_cost(db_session, competition.id, 5, reads.Pace(0.001))
-    finally:
-        event.remove(connection, "before_cursor_execute", count)
     assert unpaced.votes_used == sum(at % 3 + 1 for at in range(1, len(questions)))
     assert unpaced.full_design_votes == (len(questions) - 1) * 3  # a strict majority of 5
     assert paced == unpaced
