@@ -157,8 +157,9 @@ class LabelItem(Base):
     images first). spread: the image's position in its pairs' selections, so every pair advances together.
     shuffle: a random tie-break fixed at creation. priority: under active sampling, the policy's value of
     one more image of its pairs, summed, at the last refresh (0: all its pairs settled, the item is parked;
-    UNRANKED_PRIORITY, the lowest level, until a refresh ranks it). flags: counted difficulty flags. kept: an
-    admin overturned its discard or its not-a-natural-photo flags, so flags no longer discard it.
+    UNRANKED_PRIORITY, the lowest level, until a refresh ranks it; an item with needed 0 keeps its last).
+    flags: counted difficulty flags. kept: an admin overturned its discard or its not-a-natural-photo flags,
+    so flags no longer discard it.
     """
 
     __tablename__ = "label_items"

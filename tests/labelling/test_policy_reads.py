@@ -14,8 +14,10 @@ from app.competitions.service import create_competition
 from app.db.base import utcnow
 from app.labelling.active_sampling import cost, policy, reads
 from app.labelling.active_sampling.cost import active_cost
-from app.labelling.models import PairImage, PairSubset, Question, Vote
+from app.labelling.items import refresh_needed
+from app.labelling.models import LabelItem, PairImage, PairSubset, Question, Vote
 from app.labelling.results import pair_outcomes
+from app.labelling.types import LabellingSettings
 from app.users import service as users_service
 from app.users.models import Role
 from tests.labelling.factories import labelling_competition
@@ -145,3 +147,20 @@ def test_a_paced_cost_counts_a_few_questions_at_a_time_what_one_statement_counts
     span = questions[-1].id - questions[0].id + 1
     assert at_once == 3  # the ids' range, then the votes and the questions at once
     assert len(statements) - at_once == 1 + 2 * -(-span // 7)
+
+
+def test_a_rerun_does_not_rewrite_the_items_with_nothing_left_to_ask(db_session):
+    competition = half_labelled(db_session)
+    items = db_session.scalars(select(LabelItem).where(LabelItem.competition_id == competition.id)).all()
+    refresh_needed(db_session, LabellingSettings.of(competition), list(items))  # as deciding them does
+    done = {item.id: item.priority for item in items if item.needed == 0}
+    assert len(done) == 2 * PAIRS, "positions 0 and 1 of every pair decided"
+
+    rerun = policy.rerun(db_session, competition)
+    policy.write_levels(db_session, rerun.levels)
+
+    # The queue never hands out an item that needs no vote: parking them would only write them.
+    assert not set(rerun.levels.item_ids.tolist()) & set(done)
+    db_session.expire_all()
+    assert {item_id: db_session.get_one(LabelItem, item_id).priority for item_id in done} == done
+    assert len(rerun.levels.item_ids), "the open items are still ranked"

@@ -154,14 +154,14 @@ NO_LEVELS = Levels(np.zeros(0, dtype=np.int64), np.zeros(0))
 
 
 def _items(db_session: Session, competition_id: int, pace: Pace) -> list:
-    """The competition's label items (image_id, id, priority, shuffle) in image order, ITEMS_AT_ONCE per
-    statement, each from where the last stopped, pacing after each (unpaced: all in one)."""
+    """The competition's label items (image_id, id, priority, shuffle, needed) in image order, ITEMS_AT_ONCE
+    per statement, each from where the last stopped, pacing after each (unpaced: all in one)."""
     at_once = ITEMS_AT_ONCE if pace.factor else None
     rows: list = []
     while True:
         after = rows[-1][0] if rows else -1
         statement = (
-            select(LabelItem.image_id, LabelItem.id, LabelItem.priority, LabelItem.shuffle)
+            select(LabelItem.image_id, LabelItem.id, LabelItem.priority, LabelItem.shuffle, LabelItem.needed)
             .where(LabelItem.competition_id == competition_id, LabelItem.image_id > after)
             .order_by(LabelItem.image_id)
             .limit(at_once)
@@ -183,15 +183,19 @@ def changed_levels(
 ) -> Levels:
     """The items whose priority a rerun rewrites: kept_levels (with this fold, and the items' shuffle, the
     queue's tie-break) of their priority_levels of their image_priorities over their open pairs (the sum of
-    their priority[i, j]; 0 parks an item)."""
+    their priority[i, j]; 0 parks an item), except items with nothing left to ask (needed 0), which the queue
+    never hands out whatever their priority: at 100,000 questions parking the items decided since the last
+    rerun was a quarter of its writes (README, Development). An item asked again (an undo, excluded votes)
+    keeps its last priority until the next rerun."""
     rows = _items(db_session, competition.id, pace)
     image_ids = np.array([row[0] for row in rows], dtype=np.int64)
     item_ids = np.array([row[1] for row in rows], dtype=np.int64)
     old = np.array([row[2] for row in rows], dtype=float)
     shuffle = np.array([row[3] for row in rows], dtype=np.int64)
+    asked = np.array([row[4] > 0 for row in rows], dtype=bool)
     position = np.searchsorted(image_ids, pairs.image_of_row).clip(max=max(len(rows) - 1, 0))
     known = image_ids[position] == pairs.image_of_row if len(rows) else np.zeros(0, dtype=bool)
     worth = image_priorities(priority, pairs.pair_of_row[known], position[known], len(rows))
     new = kept_levels(old, priority_levels(worth), fold, shuffle)
-    changed = new != old
+    changed = (new != old) & asked
     return Levels(item_ids[changed], new[changed])
