@@ -53,7 +53,6 @@ from app.images.store import ImageStore
 from app.jobs.lifecycle import enqueue_classifier
 from app.labelling.active_sampling.cost import active_cost
 from app.labelling.active_sampling.policy_runner import ready
-from app.labelling.active_sampling.reads import Pace
 from app.leaderboard.agreement import competition_quality
 from app.main import create_app
 from app.migrate import upgrade
@@ -490,7 +489,7 @@ def simulate_and_print(settings: Settings, prepared: PreparedDemo, title: str) -
     with _sessions(settings)() as session:
         accuracies = true_accuracies(session, settings, session.merge(competition), corpus)
         alpha = competition_quality(db_session=session, competition=session.merge(competition)).alpha
-        votes = active_cost(session, competition.id, competition.panel_size, Pace(0.0)).votes_used
+        votes = active_cost(session, competition.id, competition.panel_size).votes_used
     correlation = print_leaderboard(competition.name, leaderboard, accuracies)
     agreement = "undefined" if alpha is None else f"{alpha:.3f}"
     summary = f"SRCC(MAD rank, true accuracy rank) = {correlation:.3f} · agreement α = {agreement}"

@@ -299,8 +299,8 @@ class Adjudication(Base):
 
 class ActivePolicy(Base):
     """A competition's active-sampling state: decided questions since the policy last ran, and its last
-    decision (the pairs still worth asking as [a_id, b_id] best first, the votes used then and the full
-    design's votes, app.labelling.active_sampling.policy; whether the ranking is settled is
+    decision (the pairs still worth asking as [a_id, b_id] best first, and the full design's votes then,
+    app.labelling.active_sampling.policy; whether the ranking is settled is
     Competition.settled, which every labelling request reads)."""
 
     __tablename__ = "active_policies"
@@ -310,7 +310,6 @@ class ActivePolicy(Base):
     )
     decided_since_refresh: Mapped[int] = mapped_column(default=0)
     informative_pairs: Mapped[list[Any]] = mapped_column(JSON, default=list)
-    votes_used: Mapped[int] = mapped_column(default=0)
     full_design_votes: Mapped[int] = mapped_column(default=0)
     refreshed_at: Mapped[datetime | None]
     tallied_through: Mapped[datetime | None]

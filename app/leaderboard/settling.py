@@ -8,7 +8,6 @@ from app.competitions.models import Competition
 from app.i18n import N_
 from app.labelling.active_sampling.cost import FULL_DESIGN, active_cost
 from app.labelling.active_sampling.policy import last_decision
-from app.labelling.active_sampling.reads import Pace
 from app.labelling.active_sampling.reliability import early_decision_basis
 from app.labelling.schemas import EarlyDecisionsRead
 from app.labelling.types import actively_sampled
@@ -33,7 +32,7 @@ def active_sampling(db_session: Session, competition: Competition) -> ActiveSamp
     if not actively_sampled(competition):
         return None
     decision = last_decision(db_session, competition.id)
-    cost = active_cost(db_session, competition.id, competition.panel_size, Pace(0.0))
+    cost = active_cost(db_session, competition.id, competition.panel_size)
     names = {c.id: c.name for c in list_classifiers(db_session=db_session, competition_id=competition.id)}
     pairs = [] if decision is None else decision.informative_pairs
     return ActiveSamplingRead(

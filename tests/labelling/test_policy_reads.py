@@ -13,10 +13,11 @@ from app.competitions.schemas import CompetitionCreate
 from app.competitions.service import create_competition
 from app.db.base import utcnow
 from app.labelling.active_sampling import cost, policy, reads
-from app.labelling.active_sampling.cost import active_cost
+from app.labelling.active_sampling.cost import active_cost, full_design_votes
 from app.labelling.items import refresh_needed
 from app.labelling.models import LabelItem, PairImage, PairSubset, Question, Vote
 from app.labelling.results import pair_outcomes
+from app.labelling.subsets import discard_item
 from app.labelling.types import LabellingSettings
 from app.users import service as users_service
 from app.users.models import Role
@@ -118,7 +119,9 @@ def test_a_paced_rerun_changes_the_levels_an_unpaced_one_does_and_counts_its_pau
     assert (unpaced.levels.priorities == 0).sum() == 2 * PAIRS, "the labelled images are parked"
 
 
-def test_a_paced_cost_counts_a_few_questions_at_a_time_what_one_statement_counts(db_session, monkeypatch):
+def test_a_paced_full_design_counts_a_few_questions_at_a_time_what_one_statement_counts(
+    db_session, monkeypatch
+):
     competition = half_labelled(db_session)
     voters = [
         users_service.create_user(
@@ -135,18 +138,29 @@ def test_a_paced_cost_counts_a_few_questions_at_a_time_what_one_statement_counts
             for voter in voters[: at % 3 + 1]
         )
     questions[0].gold_answer = True  # a gold question's votes and the question itself are not counted
+    last_image = questions[-1].image_id
+    item = db_session.scalars(select(LabelItem).where(LabelItem.image_id == last_image)).one()
+    discard_item(db_session, LabellingSettings.of(competition), item)  # nor a discarded image's questions
     db_session.commit()
+    regular = db_session.scalars(  # the reserve promoted in its place brought questions of its own
+        select(Question.id).where(
+            Question.competition_id == competition.id,
+            Question.gold_answer.is_(None),
+            Question.image_id != last_image,
+        )
+    ).all()
     with counting_statements(db_session) as statements:
-        unpaced = active_cost(db_session, competition.id, 5, reads.Pace(0.0))
+        unpaced = full_design_votes(db_session, competition.id, 5, reads.Pace(0.0))
         at_once = len(statements)
         monkeypatch.setattr(cost, "QUESTIONS_AT_ONCE", 7)
-        paced = active_cost(db_session, competition.id, 5, reads.Pace(0.001))
-    assert unpaced.votes_used == sum(at % 3 + 1 for at in range(1, len(questions)))
-    assert unpaced.full_design_votes == (len(questions) - 1) * 3  # a strict majority of 5
-    assert paced == unpaced
-    span = questions[-1].id - questions[0].id + 1
-    assert at_once == 3  # the ids' range, then the votes and the questions at once
-    assert len(statements) - at_once == 1 + 2 * -(-span // 7)
+        paced = full_design_votes(db_session, competition.id, 5, reads.Pace(0.001))
+    assert unpaced == paced == len(regular) * 3  # a strict majority of 5
+    span = max(regular) - questions[0].id + 1
+    assert at_once == 3  # the ids' range, the questions at once, those on discarded images
+    assert len(statements) - at_once == 1 + -(-span // 7) + 1, "no statement reads every vote or item"
+    used = active_cost(db_session, competition.id, 5)
+    assert used.votes_used == sum(at % 3 + 1 for at in range(1, len(questions)))
+    assert used.full_design_votes == unpaced
 
 
 def test_a_rerun_does_not_rewrite_the_items_with_nothing_left_to_ask(db_session):

@@ -31,10 +31,14 @@ SEEDS = Path(__file__).parent / "seeds"
 FIRST_REVISION = Path(__file__).parents[2] / "migrations" / "versions" / "0001_initial_schema.py"
 FIRST_REVISION_SHA256 = "e1746678eb296cf63849c2c141248358f9ba563d004d2e8af4779e4f7696bf7f"
 """Revision 0001 is frozen: people's databases were made by it, so a change to it is a new revision."""
-DROPPED: dict[str, set[str]] = {"0008": {"competitions.annotator_reliability"}}
+DROPPED: dict[str, set[str]] = {
+    "0008": {"competitions.annotator_reliability"},
+    "0012": {"active_policies.votes_used"},
+}
 """Tables or columns ("table.column") a revision drops on purpose, by revision id: not compared after it.
 0008: the one reliability shared by every annotator gives way to each annotator's (annotator_reliabilities,
-filled at the active policy's next refresh from the votes, which stay)."""
+filled at the active policy's next refresh from the votes, which stay). 0012: the votes used that every
+rerun counted and stored and nothing read (the leaderboard counts them from the votes, which stay)."""
 
 
 def revision_chain() -> list[tuple[str | None, str]]:

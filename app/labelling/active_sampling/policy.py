@@ -39,7 +39,7 @@ from app.core.reliability import base_rate
 from app.db.base import utcnow
 from app.db.statements import conflict_insert
 from app.labelling import rules
-from app.labelling.active_sampling.cost import ActiveCost, active_cost
+from app.labelling.active_sampling.cost import full_design_votes
 from app.labelling.active_sampling.reads import (
     NO_LEVELS,
     PAUSE,
@@ -61,7 +61,6 @@ def count_decisions(db_session: Session, competition_id: int, decided: int) -> N
         competition_id=competition_id,
         decided_since_refresh=decided,
         informative_pairs=[],
-        votes_used=0,
         full_design_votes=0,
     )
     db_session.execute(
@@ -220,7 +219,7 @@ def rerun(db_session: Session, competition: Competition, counted: int = 0, pause
     pace = Pace(pause)
     read = read_pairs(db_session, competition, pace)
     by_pair, pairs = read.outcomes, read.open
-    cost = active_cost(db_session, competition.id, competition.panel_size, pace)
+    full_design = full_design_votes(db_session, competition.id, competition.panel_size, pace)
     m = len(pairs.index_of)
     decision = None
     levels = NO_LEVELS
@@ -233,14 +232,14 @@ def rerun(db_session: Session, competition: Competition, counted: int = 0, pause
         }
         counts = count_outcomes(outcomes, m)
         decision = active_policy(counts, pairs.open_images, alpha=competition.smoothing)
-        fold = FOLD_REFRESHES * _interval(cost.full_design_votes, competition.panel_size)
+        fold = FOLD_REFRESHES * _interval(full_design, competition.panel_size)
         levels = changed_levels(db_session, competition, pairs, decision.priority, fold, pace)
         competition.settled = decision.settled and bool(counts.n.sum())
     totals = _tally(db_session, competition)
     refit(db_session, competition.id)
     competition.yes_share = base_rate(totals.decided_yes, totals.decided)
     db_session.flush()
-    _write_policy_row(db_session, competition.id, pairs, decision, cost, counted, totals)
+    _write_policy_row(db_session, competition.id, pairs, decision, full_design, counted, totals)
     refreshed_at = db_session.scalar(
         select(ActivePolicy.refreshed_at).where(ActivePolicy.competition_id == competition.id)
     )
@@ -345,20 +344,19 @@ def _write_policy_row(
     competition_id: int,
     pairs: OpenPairs,
     decision: PolicyDecision | None,
-    cost: ActiveCost,
+    full_design: int,
     counted: int,
     tally: Tally,
 ) -> None:
     """Store the decision (informative pairs as [a_id, b_id], the neighbours full MAD is expected to reverse,
-    votes used, the full design's) and the tallies' totals, and take the decided questions it answers for
+    the full design's votes) and the tallies' totals, and take the decided questions it answers for
     off the count."""
     ids = {index: classifier_id for classifier_id, index in pairs.index_of.items()}
     informative = [] if decision is None else [[ids[i], ids[j]] for i, j in decision.informative_pairs]
     values = {
         "informative_pairs": informative,
         "expected_swaps": None if decision is None else decision.expected_swaps,
-        "votes_used": cost.votes_used,
-        "full_design_votes": cost.full_design_votes,
+        "full_design_votes": full_design,
         "tallied_through": tally.through,
         "decided_yes": tally.decided_yes,
         "decided_regular": tally.decided,
