@@ -70,7 +70,10 @@ class Question(Base):
         UniqueConstraint("competition_id", "image_id", "class_index"),
         Index("ix_questions_open", "competition_id", "outcome"),
         Index("ix_questions_gold", "competition_id", "gold_answer"),
+        Index("ix_questions_decided", "competition_id", "decided_at"),
     )
+    """ix_questions_decided: the questions decided since the active policy's last tally, read at every rerun
+    (app.labelling.active_sampling.reliability.tally_decided), without scanning every question."""
 
     id: Mapped[int] = mapped_column(primary_key=True)
     competition_id: Mapped[int] = mapped_column(ForeignKey("competitions.id", ondelete="CASCADE"))

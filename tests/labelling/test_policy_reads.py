@@ -14,6 +14,7 @@ from app.competitions.service import create_competition
 from app.db.base import utcnow
 from app.labelling.active_sampling import cost, policy, reads
 from app.labelling.active_sampling.cost import active_cost, full_design_votes
+from app.labelling.active_sampling.reliability import tally_decided
 from app.labelling.items import refresh_needed
 from app.labelling.models import LabelItem, PairImage, PairSubset, Question, Vote
 from app.labelling.results import pair_outcomes
@@ -178,3 +179,27 @@ def test_a_rerun_does_not_rewrite_the_items_with_nothing_left_to_ask(db_session)
     db_session.expire_all()
     assert {item_id: db_session.get_one(LabelItem, item_id).priority for item_id in done} == done
     assert len(rerun.levels.item_ids), "the open items are still ranked"
+
+
+def test_the_tally_finds_the_questions_decided_since_the_last_by_an_index(db_session):
+    competition = half_labelled(db_session)
+    connection = db_session.connection()
+    postgres = connection.dialect.name == "postgresql"
+    if postgres:  # a table this small would be scanned whatever the indexes: ask which the planner can use
+        connection.exec_driver_sql("ANALYZE questions")
+        connection.exec_driver_sql("SET LOCAL enable_seqscan = off")
+    executed: list[tuple[str, object]] = []
+
+    def keep(_connection, _cursor, statement, parameters, _context, _many):
+        executed.append((statement, parameters))
+
+    event.listen(connection, "before_cursor_execute", keep)
+    try:
+        tally_decided(db_session, competition.id, 5, utcnow())
+    finally:
+        event.remove(connection, "before_cursor_execute", keep)
+    statement, parameters = executed[0]  # the questions decided since
+    explain = "EXPLAIN " if postgres else "EXPLAIN QUERY PLAN "
+    plan = " ".join(str(row) for row in connection.exec_driver_sql(explain + statement, parameters))
+    # Without it every rerun read every question of the competition (27 ms at 100,000 questions).
+    assert "ix_questions_decided" in plan, plan
