@@ -80,7 +80,7 @@ def _regular_questions(competition_id: int) -> Select:
 
 
 def _discarded(competition_id: int) -> Select:
-    """SELECT the images the competition discarded (among its items with needed 0: ix_label_items_queue)."""
+    """SELECT the images the competition discarded (a discarded item needs no vote: needed 0)."""
     return select(LabelItem.image_id).where(
         LabelItem.competition_id == competition_id, LabelItem.needed == 0, LabelItem.discarded
     )
