@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 
 COMPARED = (
     ("votes", "votes per competition", "{:,.1f}"),
+    ("decided", "questions decided per competition", "{:,.1f}"),
     ("srcc_vs_full_mad", "SRCC against full MAD (mean)", "{:.4f}"),
     ("srcc_vs_truth", "SRCC against the simulated accuracies (mean)", "{:.4f}"),
     ("interval_width", "ranks in a 95% rank interval (mean)", "{:.2f}"),
@@ -105,12 +106,16 @@ def simulate(
 
 
 def comparison_text(comparison: dict) -> str:
-    """Both policies' figures side by side, then the ratio of votes and the paired difference."""
+    """Both policies' figures side by side, then the ratio of votes (and its two-vote floor) and the paired
+    difference."""
     lines = [f"{'':45} {'active':>10} {'uniform':>10}"]
     for key, label, form in COMPARED:
         active, uniform = comparison[f"{key}_active"], comparison[f"{key}_uniform"]
         lines.append(f"{label:45} {form.format(active):>10} {form.format(uniform):>10}")
-    lines.append(f"active / uniform votes: {comparison['votes_ratio']:.3f}")
+    lines.append(
+        f"active / uniform votes: {comparison['votes_ratio']:.3f} (at two votes per question active"
+        f" decided, the fewest an early decision takes: {comparison['two_vote_floor_ratio']:.3f})"
+    )
     lines.append(
         f"SRCC against full MAD, active − uniform over {comparison['seeds']} paired seeds: "
         f"{comparison['srcc_vs_full_mad_difference']:+.4f} "

@@ -161,7 +161,8 @@ class SimulationStudy:
 
     def summary(self) -> dict:
         """The study's figures (issue 33): votes, SRCC against truth and full MAD, intervals, the pairs
-        ordered otherwise than full MAD beside what the stop expected (means over seeds), decisions."""
+        ordered otherwise than full MAD beside what the stop expected (means over seeds), decisions (the
+        share wrong, and the questions decided per competition)."""
         return {
             "votes": self.votes_mean,
             "srcc_vs_full_mad": float(self._per_seed("srcc_full_mad").mean()),
@@ -174,6 +175,7 @@ class SimulationStudy:
             "discordant_pairs": float(self._per_seed("discordant_pairs").mean()),
             "forecast_swaps": float(self._per_seed("forecast_swaps").mean()),
             "wrong_decisions": self.wrong_decisions,
+            "decided": float(self._per_seed("decided").mean()),
         }
 
     def to_dict(self) -> dict:

@@ -43,9 +43,18 @@ def paired_difference(active: SimulationStudy, uniform: SimulationStudy) -> dict
     }
 
 
+def two_vote_floor(active: SimulationStudy, uniform: SimulationStudy) -> float:
+    """2 × questions active decided / uniform's votes (means over seeds): the votes ratio if every question
+    active decided took the two agreeing votes an early decision needs at the least (app.core.active,
+    decided_early; a strict majority takes three), gold aside. No policy that decides as many questions
+    under that rule spends less; what active spends above it is its vetting and its third votes."""
+    return 2 * active.summary()["decided"] / uniform.votes_mean
+
+
 def compare_policies(config: SimulationConfig, taxonomy: Taxonomy | None = None) -> dict:
     """Both policies on the same seeds: each one's figures (`SimulationStudy.summary`) as
-    `<figure>_<policy>`, their ratio of votes, and the paired difference against full MAD."""
+    `<figure>_<policy>`, their ratio of votes and its two-vote floor, and the paired difference against full
+    MAD."""
     taxonomy = imagenet_1k() if taxonomy is None else taxonomy
     studies = {
         policy: run_study(replace(config, policy=policy), taxonomy) for policy in ("active", "uniform")
@@ -60,6 +69,7 @@ def compare_policies(config: SimulationConfig, taxonomy: Taxonomy | None = None)
         "seeds": config.seeds,
         **figures,
         "votes_ratio": studies["active"].votes_mean / studies["uniform"].votes_mean,
+        "two_vote_floor_ratio": two_vote_floor(studies["active"], studies["uniform"]),
         **paired_difference(studies["active"], studies["uniform"]),
         "per_seed": {
             policy: {

@@ -61,6 +61,7 @@ def test_study_is_deterministic_and_json_ready():
         "discordant_pairs",
         "forecast_swaps",
         "wrong_decisions",
+        "decided",
         "coverage",
     }
     assert first["config"]["k"] == 10 and len(first["seeds"]) == 2
@@ -279,6 +280,12 @@ def test_compare_policies_pairs_both_on_the_same_seeds():
         SimulationConfig(classifiers=4, k=10, seeds=3, images=5000, interval_resamples=100)
     )
     assert comparison["votes_ratio"] == comparison["votes_active"] / comparison["votes_uniform"]
+    floor = 2 * comparison["decided_active"] / comparison["votes_uniform"]
+    assert comparison["two_vote_floor_ratio"] == pytest.approx(floor)
+    assert comparison["two_vote_floor_ratio"] <= comparison["votes_ratio"]  # two agreeing votes at least
+    decided_uniform = comparison["decided_uniform"]  # every question, each by 3 to 5 votes of a panel of 5
+    assert 3 * decided_uniform <= comparison["votes_uniform"] <= 5 * decided_uniform
+    assert 0 < comparison["decided_active"] <= decided_uniform
     per_seed = comparison["per_seed"]
     differences = np.subtract(per_seed["active"]["srcc_vs_full_mad"], per_seed["uniform"]["srcc_vs_full_mad"])
     assert comparison["srcc_vs_full_mad_difference"] == pytest.approx(differences.mean())
