@@ -125,6 +125,11 @@ class SimulationStudy:
         """Mean over seeds of the votes cast in one competition."""
         return float(self._per_seed("votes").mean())
 
+    @property
+    def decided_mean(self) -> float:
+        """Mean over seeds of the questions decided in one competition."""
+        return float(self._per_seed("decided").mean())
+
     def _intervals(self) -> tuple[np.ndarray, np.ndarray]:
         """seeds×m lowest and highest rank of each 95% rank interval."""
         return self._per_seed("rank_low"), self._per_seed("rank_high")
@@ -175,7 +180,7 @@ class SimulationStudy:
             "discordant_pairs": float(self._per_seed("discordant_pairs").mean()),
             "forecast_swaps": float(self._per_seed("forecast_swaps").mean()),
             "wrong_decisions": self.wrong_decisions,
-            "decided": float(self._per_seed("decided").mean()),
+            "decided": self.decided_mean,
         }
 
     def to_dict(self) -> dict:

@@ -48,7 +48,7 @@ def two_vote_floor(active: SimulationStudy, uniform: SimulationStudy) -> float:
     active decided took the two agreeing votes an early decision needs at the least (app.core.active,
     decided_early; a strict majority takes three), gold aside. No policy that decides as many questions
     under that rule spends less; what active spends above it is its vetting and its third votes."""
-    return 2 * active.summary()["decided"] / uniform.votes_mean
+    return 2 * active.decided_mean / uniform.votes_mean
 
 
 def compare_policies(config: SimulationConfig, taxonomy: Taxonomy | None = None) -> dict:
