@@ -52,7 +52,13 @@ def simulate(
     order_bias: bool = typer.Option(
         False, "--order-bias", help="A corpus whose error types change along each pair's discrepancy order."
     ),
-    seeds: int = typer.Option(5, min=1, help="Simulated competitions, with seeds 0 … seeds−1."),
+    seeds: int = typer.Option(5, min=1, help="Simulated competitions, one per seed."),
+    first_seed: int = typer.Option(
+        0,
+        min=0,
+        help="The first seed (seeds first-seed … first-seed + seeds − 1): check settings on seeds they were "
+        "not chosen on.",
+    ),
     policy: str = typer.Option(
         "uniform",
         help="Labelling: uniform (every question to a strict majority, the paper) or active (Active MAD).",
@@ -89,6 +95,7 @@ def simulate(
         classifiers=classifiers,
         k=k,
         seeds=seeds,
+        first_seed=first_seed,
         panel_size=panel,
         crowd=crowd,
         order_bias=order_bias,
@@ -116,8 +123,10 @@ def comparison_text(comparison: dict) -> str:
         f"active / uniform votes: {comparison['votes_ratio']:.3f} (at two votes per question active"
         f" decided, the fewest an early decision takes: {comparison['two_vote_floor_ratio']:.3f})"
     )
+    first = comparison["config"]["first_seed"]
     lines.append(
-        f"SRCC against full MAD, active − uniform over {comparison['seeds']} paired seeds: "
+        f"SRCC against full MAD, active − uniform over {comparison['seeds']} paired seeds"
+        f" ({first}–{first + comparison['seeds'] - 1}): "
         f"{comparison['srcc_vs_full_mad_difference']:+.4f} "
         f"± {comparison['srcc_vs_full_mad_difference_se']:.4f}"
         f" (standard error); active worse in {comparison['seeds_active_worse']:.0%} of seeds"

@@ -84,8 +84,20 @@ def test_simulate_compare_against_colluders_and_spammers_prints_wrong_decisions(
         comparison = json.loads(runner.invoke(cli, [*arguments, *scenario]).output)
         assert 0 <= comparison["wrong_decisions_active"] <= comparison["wrong_decisions_uniform"] + 0.05
     table = runner.invoke(cli, ["simulate", "--compare", "--classifiers", "4", "--k", "10", "--seeds", "2"])
-    assert "SRCC against full MAD" in table.output and "active − uniform over 2 paired seeds" in table.output
+    assert "SRCC against full MAD" in table.output
+    assert "active − uniform over 2 paired seeds (0–1)" in table.output
     assert runner.invoke(cli, ["simulate", "--careless", "0.6", "--spammers", "0.6"]).exit_code == 2
+
+
+def test_simulate_from_a_later_first_seed_runs_those_seeds():
+    arguments = ["simulate", "--json", "--classifiers", "4", "--k", "10", "--seeds"]
+    longer = json.loads(runner.invoke(cli, [*arguments, "3"]).output)
+    later = json.loads(runner.invoke(cli, [*arguments, "2", "--first-seed", "1"]).output)
+    assert [seed["seed"] for seed in later["seeds"]] == [1, 2] and later["config"]["first_seed"] == 1
+    assert later["seeds"] == longer["seeds"][1:]  # the same competitions as seeds 1 and 2 of the longer study
+    compared = ["simulate", "--compare", "--classifiers", "4", "--k", "10", "--seeds", "2"]
+    assert "over 2 paired seeds (40–41)" in runner.invoke(cli, [*compared, "--first-seed", "40"]).output
+    assert runner.invoke(cli, [*arguments, "2", "--first-seed", "-1"]).exit_code == 2
 
 
 def test_simulate_policy_and_panel_are_checked():

@@ -191,6 +191,8 @@ def test_simulated_classifiers_have_their_accuracy():
 def test_rejects_a_study_of_one():
     with pytest.raises(ValueError, match="two classifiers"):
         run_study(SimulationConfig(classifiers=1))
+    with pytest.raises(ValueError, match="start at 0"):
+        run_study(SimulationConfig(classifiers=4, first_seed=-1))
 
 
 def test_active_policy_spends_fewer_votes_for_a_ranking_as_good():
