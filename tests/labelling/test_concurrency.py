@@ -3,8 +3,8 @@
 Each simulated annotator takes images, answers at random, sometimes undoes the answer it just stored and
 answers again, and always flags a few chosen images (so discards and reserve promotions happen under
 load), until nothing is left for them; they come back while an undo after the others had finished reopened a
-question. Then the database must hold exactly the answers the server
-acknowledged, every question at most its panel, each decided exactly when a strict majority was reached.
+question. Then the database must hold exactly the answers the server acknowledged, every question at most its
+panel, each decided exactly when a strict majority was reached.
 """
 
 import random
