@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 from app.errors import NotFound
 from app.labelling import rules
 from app.labelling.models import AssignmentStatus, LabelItem, Question, Vote
-from app.labelling.statements import assignment_upsert
+from app.labelling.statements import NOTE_DECIDED, assignment_upsert
 from app.labelling.types import LabellingSettings, early_rule
 from app.users.models import User
 
@@ -122,6 +122,15 @@ def recount(question: Question, counted: CountedVotes | None) -> None:
     """Set a question's counts and evidence to its counted votes' (none: 0, 0, 0)."""
     counted = counted or CountedVotes(0, 0, 0.0)
     question.yes_votes, question.no_votes, question.early_evidence = counted.yes, counted.no, counted.evidence
+
+
+def note_decided(db_session: Session, competition_id: int, question_ids: list[int]) -> None:
+    """Leave the questions just decided (rules.decide) to the active policy's next tally (UntalliedDecision),
+    in this transaction."""
+    if question_ids:
+        NOTE_DECIDED.write(
+            db_session, [{"competition_id": competition_id, "question_id": id_} for id_ in question_ids]
+        )
 
 
 def set_assignment(

@@ -70,10 +70,7 @@ class Question(Base):
         UniqueConstraint("competition_id", "image_id", "class_index"),
         Index("ix_questions_open", "competition_id", "outcome"),
         Index("ix_questions_gold", "competition_id", "gold_answer"),
-        Index("ix_questions_decided", "competition_id", "decided_at"),
     )
-    """ix_questions_decided: the questions decided since the active policy's last tally, read at every rerun
-    (app.labelling.active_sampling.reliability.tally_decided), without scanning every question."""
 
     id: Mapped[int] = mapped_column(primary_key=True)
     competition_id: Mapped[int] = mapped_column(ForeignKey("competitions.id", ondelete="CASCADE"))
@@ -315,17 +312,32 @@ class ActivePolicy(Base):
     informative_pairs: Mapped[list[Any]] = mapped_column(JSON, default=list)
     full_design_votes: Mapped[int] = mapped_column(default=0)
     refreshed_at: Mapped[datetime | None]
-    tallied_through: Mapped[datetime | None]
-    """Questions decided up to this time are in the annotators' tallies (AnnotatorAgreement, decided_yes)."""
     decided_yes: Mapped[int] = mapped_column(default=0)
     decided_regular: Mapped[int] = mapped_column(default=0)
-    """Regular questions decided (and how many "yes") up to tallied_through: the base rate of "yes"."""
+    """Regular questions tallied (and how many "yes"): the base rate of "yes"."""
     expected_swaps: Mapped[float | None]
     """At the last refresh: the pairs of neighbours in the ranking that full MAD is expected to reverse
     (app.core.active.active_policy); null before the first."""
     resting_until: Mapped[datetime | None]
     """No rerun is due before this time, except for an annotator whose queue ran dry: after a rerun that took
     t seconds, POLICY_REST × t later (app.labelling.active_sampling.policy); null before the first."""
+
+
+class UntalliedDecision(Base):
+    """A regular question decided (or decided again) that the active policy has not yet tallied: written in
+    the transaction that decides it, deleted by the tally that counts it
+    (app.labelling.active_sampling.reliability.tally_decided), so that every decision is tallied once,
+    whichever order the deciding transactions commit in. Questions decided since a time were not: a decision
+    stamped before another's but committed after the tally that read the other was never tallied, nor any
+    decision stamped by a server whose clock lagged. Written under either sampling, so that a switch to
+    active finds every decision made before it."""
+
+    __tablename__ = "untallied_decisions"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    competition_id: Mapped[int] = mapped_column(ForeignKey("competitions.id", ondelete="CASCADE"), index=True)
+    question_id: Mapped[int] = mapped_column(ForeignKey("questions.id", ondelete="CASCADE"), index=True)
+    """Indexed for the foreign key: a reselection deletes questions (app.jobs.reselection)."""
 
 
 class AnnotatorReliability(Base):

@@ -156,12 +156,15 @@ def count_vote(
     decide(question, panel_size, now, early)
 
 
-def decide(question: VoteCounts, panel_size: int, now: datetime, early: EarlyRule | None = None) -> None:
+def decide(question: VoteCounts, panel_size: int, now: datetime, early: EarlyRule | None = None) -> bool:
     """Set a regular question's outcome from its counted votes and their evidence; decided_at keeps the first
-    decision time. An adjudicated question keeps the admin's outcome."""
+    decision time. An adjudicated question keeps the admin's outcome. Whether it is decided anew (an outcome
+    it did not have: a decision for the active policy's tally, items.note_decided)."""
     if question.adjudicated:
-        return
+        return False
     decision = outcome(question.yes_votes, question.no_votes, panel_size, early, question.early_evidence)
-    if decision != question.outcome:
-        question.outcome = decision
-        question.decided_at = None if decision is None else now
+    if decision == question.outcome:
+        return False
+    question.outcome = decision
+    question.decided_at = None if decision is None else now
+    return decision is not None

@@ -37,6 +37,7 @@ from app.labelling.models import (
     QualityFlag,
     Question,
     UndoDepth,
+    UntalliedDecision,
     Vote,
 )
 from app.users.models import ApiToken, User
@@ -54,6 +55,7 @@ _api_tokens = ApiToken.__table__
 _competitions = Competition.__table__
 _members = CompetitionMember.__table__
 _quality_flags = QualityFlag.__table__
+_untallied = UntalliedDecision.__table__
 _LEASED: ColumnClause[str] = literal_column(f"'{AssignmentStatus.leased.value}'")
 """The status written into the SQL, not bound: with a bound status Postgres planned the hot statements
 afresh on every call (its estimate for 'leased', a rare status, beat the generic plan's every time)."""
@@ -411,6 +413,14 @@ INSERT_VOTE = HotStatement(
         weight=bindparam("weight"),
     )
 )
+
+
+NOTE_DECIDED = HotStatement(
+    insert(_untallied).values(
+        competition_id=bindparam("competition_id"), question_id=bindparam("question_id")
+    )
+)
+"""A question decided: one row for the active policy's tally (UntalliedDecision)."""
 
 
 @cache

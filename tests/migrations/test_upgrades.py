@@ -34,11 +34,13 @@ FIRST_REVISION_SHA256 = "e1746678eb296cf63849c2c141248358f9ba563d004d2e8af4779e4
 DROPPED: dict[str, set[str]] = {
     "0008": {"competitions.annotator_reliability"},
     "0012": {"active_policies.votes_used"},
+    "0014": {"active_policies.tallied_through"},
 }
 """Tables or columns ("table.column") a revision drops on purpose, by revision id: not compared after it.
 0008: the one reliability shared by every annotator gives way to each annotator's (annotator_reliabilities,
 filled at the active policy's next refresh from the votes, which stay). 0012: the votes used that every
-rerun counted and stored and nothing read (the leaderboard counts them from the votes, which stay)."""
+rerun counted and stored and nothing read (the leaderboard counts them from the votes, which stay). 0014: the
+active policy's tally mark, whose untallied decisions become untallied_decisions rows."""
 
 
 def revision_chain() -> list[tuple[str | None, str]]:

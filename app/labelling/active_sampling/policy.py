@@ -50,8 +50,8 @@ from app.labelling.active_sampling.reads import (
     read_pairs,
 )
 from app.labelling.active_sampling.reliability import Tally, refit, tally_decided
-from app.labelling.items import lock_items, refresh_needed
-from app.labelling.models import ActivePolicy, LabelItem, Question
+from app.labelling.items import lock_items, note_decided, refresh_needed
+from app.labelling.models import ActivePolicy, LabelItem, Question, UntalliedDecision
 from app.labelling.types import LabellingSettings, NextItemStatus, early_rule
 
 
@@ -175,30 +175,22 @@ def dry_queue_status(db_session: Session, competition_id: int) -> NextItemStatus
     two refreshes: any decided after the last run's tally, counted or still held by a server process), else
     `finished`; `busy` (ask again shortly) while another refresh holds the competition's row, which this
     request must not wait for (it may hold items that refresh waits for)."""
-    row = db_session.execute(
-        select(ActivePolicy.decided_since_refresh, ActivePolicy.tallied_through).where(
-            ActivePolicy.competition_id == competition_id
-        )
-    ).one_or_none()
-    counted, through = (0, None) if row is None else row
-    unseen = bool(counted) or _decided_after(db_session, competition_id, through)
+    counted = db_session.scalar(
+        select(ActivePolicy.decided_since_refresh).where(ActivePolicy.competition_id == competition_id)
+    )
+    unseen = bool(counted) or _untallied(db_session, competition_id)
     if unseen and not _lock_policy(db_session, competition_id, skip_locked=True):
         return "busy"
     competition = db_session.get_one(Competition, competition_id, populate_existing=True)
     if unseen:
-        refresh(db_session, competition, counted=counted)
+        refresh(db_session, competition, counted=counted or 0)
     return "settled" if competition.settled else "finished"
 
 
-def _decided_after(db_session: Session, competition_id: int, through: datetime | None) -> bool:
-    """Whether a regular question of the competition was decided after `through` (any, when None)."""
-    decided = select(Question.id).where(
-        Question.competition_id == competition_id,
-        Question.gold_answer.is_(None),
-        Question.outcome.is_not(None),
-        *(() if through is None else (Question.decided_at > through,)),
-    )
-    return db_session.scalar(select(decided.exists())) is True
+def _untallied(db_session: Session, competition_id: int) -> bool:
+    """Whether a decision of the competition waits for the policy's tally (UntalliedDecision)."""
+    waiting = select(UntalliedDecision.id).where(UntalliedDecision.competition_id == competition_id)
+    return db_session.scalar(select(waiting.exists())) is True
 
 
 def refresh(db_session: Session, competition: Competition, counted: int = 0) -> PolicyDecision | None:
@@ -250,11 +242,10 @@ def rerun(db_session: Session, competition: Competition, counted: int = 0, pause
 def _tally(db_session: Session, competition: Competition) -> Tally:
     """Tally the questions decided since the last refresh (reliability.tally_decided); the running totals."""
     row = db_session.get(ActivePolicy, competition.id)
-    before = (
-        Tally(None, 0, 0) if row is None else Tally(row.tallied_through, row.decided_regular, row.decided_yes)
-    )
-    new = tally_decided(db_session, competition.id, competition.panel_size, before.through)
-    return Tally(new.through, before.decided + new.decided, before.decided_yes + new.decided_yes)
+    new = tally_decided(db_session, competition.id, competition.panel_size)
+    if row is None:
+        return new
+    return Tally(row.decided_regular + new.decided, row.decided_yes + new.decided_yes)
 
 
 LEVELS_AT_ONCE = 250
@@ -334,8 +325,12 @@ def redecide_open(db_session: Session, competition: LabellingSettings) -> None:
     ).all()
     items = lock_items(db_session, competition, list(image_ids))
     now = utcnow()
-    for question in db_session.scalars(select(Question).where(*open_regular)):
-        rules.decide(question, competition.panel_size, now, early_rule(competition))
+    decided_now = [
+        question.id
+        for question in db_session.scalars(select(Question).where(*open_regular))
+        if rules.decide(question, competition.panel_size, now, early_rule(competition))
+    ]
+    note_decided(db_session, competition.id, decided_now)
     refresh_needed(db_session, competition, items)
 
 
@@ -357,7 +352,6 @@ def _write_policy_row(
         "informative_pairs": informative,
         "expected_swaps": None if decision is None else decision.expected_swaps,
         "full_design_votes": full_design,
-        "tallied_through": tally.through,
         "decided_yes": tally.decided_yes,
         "decided_regular": tally.decided,
         "refreshed_at": utcnow(),

@@ -1,8 +1,10 @@
 """Each annotator's reliability under active sampling (issue 33; docs/architecture.md, Active sampling): the
 tallies it rests on, kept as questions are decided, and the estimates the policy writes at each refresh.
 
-The tallies grow by the questions decided since the last refresh only (`tally_decided`), so a refresh costs
-what was decided since, however large the competition: for each such regular question, the pairs among its
+The tallies grow by the questions decided since the last refresh only (`tally_decided`: every decision leaves
+an UntalliedDecision row in its own transaction, which the tally takes as it counts it, so that none is missed
+or counted twice whatever order the transactions commit in), so a refresh costs what was decided since,
+however large the competition: for each such regular question, the pairs among its
 votes that no stopping rule chose (app.core.reliability.unbiased_votes: the first two, or the first strict
 majority's worth when its first two voters were not both vetted, which the votes' stored weights tell), and
 whether its outcome is "yes" (the base rate). Votes of annotators whose votes are excluded are left out. A
@@ -10,7 +12,6 @@ question decided again after an undo reopened it is tallied again.
 """
 
 from dataclasses import dataclass
-from datetime import datetime
 from itertools import combinations
 
 import numpy as np
@@ -29,6 +30,7 @@ from app.labelling.models import (
     AnnotatorReliability,
     GoldAnswer,
     Question,
+    UntalliedDecision,
     Vote,
 )
 from app.users.models import User
@@ -36,26 +38,42 @@ from app.users.models import User
 
 @dataclass(frozen=True)
 class Tally:
-    """What the questions decided in (after, through] added: regular questions and how many are "yes"."""
+    """Regular questions tallied, and how many of them are "yes"."""
 
-    through: datetime | None
     decided: int
     decided_yes: int
 
 
-def tally_decided(db_session: Session, competition_id: int, panel_size: int, after: datetime | None) -> Tally:
-    """Add the unbiased vote pairs of the regular questions decided after `after` to the competition's
-    AnnotatorAgreement rows (module docstring); the newest decision time read, and the decided counts."""
-    decided = (
-        Question.competition_id == competition_id,
-        Question.gold_answer.is_(None),
-        Question.outcome.is_not(None),
-        *(() if after is None else (Question.decided_at > after,)),
+TALLY_CHUNK = 5000
+"""Questions whose votes one statement of tally_decided reads (SQLite binds at most 32,766 values)."""
+
+
+def tally_decided(db_session: Session, competition_id: int, panel_size: int) -> Tally:
+    """Add the unbiased vote pairs of the regular questions decided since the last tally to the competition's
+    AnnotatorAgreement rows (module docstring), taking their UntalliedDecision rows; the decided counts."""
+    taken = delete(UntalliedDecision).where(UntalliedDecision.competition_id == competition_id)
+    question_ids = sorted(set(db_session.scalars(taken.returning(UntalliedDecision.question_id))))
+    pairs: dict[tuple[int, int], list[int]] = {}
+    decided = decided_yes = 0
+    for start in range(0, len(question_ids), TALLY_CHUNK):
+        outcomes = _add_pairs(db_session, question_ids[start : start + TALLY_CHUNK], panel_size, pairs)
+        decided, decided_yes = decided + len(outcomes), decided_yes + sum(outcomes)
+    _add_agreements(db_session, competition_id, pairs)
+    return Tally(decided, decided_yes)
+
+
+def _add_pairs(
+    db_session: Session, question_ids: list[int], panel_size: int, pairs: dict[tuple[int, int], list[int]]
+) -> list[bool]:
+    """Count into `pairs` ([questions, agreeing] per (user_a, user_b)) the unbiased vote pairs of those of
+    these questions that are decided and regular; their outcomes."""
+    outcome_of = dict(
+        db_session.execute(
+            select(Question.id, Question.outcome).where(
+                Question.id.in_(question_ids), Question.gold_answer.is_(None), Question.outcome.is_not(None)
+            )
+        ).all()
     )
-    questions = db_session.execute(select(Question.id, Question.outcome, Question.decided_at).where(*decided))
-    outcome_of = {row.id: (row.outcome, row.decided_at) for row in questions}
-    if not outcome_of:
-        return Tally(after, 0, 0)
     votes = db_session.execute(
         select(Vote.question_id, Vote.user_id, Vote.answer, Vote.weight)
         .join(User, User.id == Vote.user_id)
@@ -65,7 +83,6 @@ def tally_decided(db_session: Session, competition_id: int, panel_size: int, aft
     by_question: dict[int, list] = {}
     for vote in votes:
         by_question.setdefault(vote.question_id, []).append(vote)
-    pairs: dict[tuple[int, int], list[int]] = {}
     for cast in by_question.values():
         eligible = len(cast) >= 2 and cast[0].weight is not None and cast[1].weight is not None
         for first, second in combinations(cast[: unbiased_votes(panel_size, eligible, len(cast))], 2):
@@ -73,9 +90,7 @@ def tally_decided(db_session: Session, competition_id: int, panel_size: int, aft
             tally = pairs.setdefault(key, [0, 0])
             tally[0] += 1
             tally[1] += first.answer == second.answer
-    _add_agreements(db_session, competition_id, pairs)
-    yes = sum(bool(outcome) for outcome, _ in outcome_of.values())
-    return Tally(max(when for _, when in outcome_of.values()), len(outcome_of), yes)
+    return [bool(outcome) for outcome in outcome_of.values()]
 
 
 def _add_agreements(

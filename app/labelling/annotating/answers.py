@@ -20,7 +20,7 @@ from app.db.base import utcnow
 from app.db.statements import pipelined
 from app.errors import Conflict, InvalidInput, NotFound
 from app.labelling import rules
-from app.labelling.items import lock_item, set_assignment
+from app.labelling.items import lock_item, note_decided, set_assignment
 from app.labelling.models import Assignment, AssignmentStatus, DifficultyFlag, FlagReason, LabelItem
 from app.labelling.quality_control.quality import check_answers, recent_votes
 from app.labelling.statements import (
@@ -130,6 +130,7 @@ def submit_answers(
     elapsed = max(0.0, (now - rows[0].my_leased_at).total_seconds())
     for vote, seconds in zip(new_votes, timed_seconds(claimed, elapsed), strict=True):
         vote["seconds"] = seconds
+    decided_now = [question.id for question in counted if question.outcome is not None]  # open before
     with pipelined(db_session):
         if new_votes:
             INSERT_VOTE.write(db_session, new_votes)
@@ -139,6 +140,7 @@ def submit_answers(
             first_gold_answer(db_session.get_bind().dialect.name).write(db_session, gold_answers)
         if counted:
             UPDATE_COUNTS.write(db_session, [_counts_row(question) for question in counted])
+            note_decided(db_session, competition.id, decided_now)
             needed = rules.needed(item.discarded, questions.values(), competition.panel_size, early)
             UPDATE_NEEDED.write(db_session, {"item_id": item.id, "new_needed": needed})
         status = AssignmentStatus.done if item_done else AssignmentStatus.leased
@@ -146,8 +148,9 @@ def submit_answers(
         window = recent_votes(db_session, competition, user) if new_votes else None
     recent = window() if window else []
     paused = check_answers(db_session, competition, user, now, recent, bool(gold_answers)) if recent else None
-    decided = sum(question.outcome is not None for question in counted)
-    return SubmitResult(len(new_votes), already_decided, item_done, paused, annotators_needed, decided)
+    return SubmitResult(
+        len(new_votes), already_decided, item_done, paused, annotators_needed, len(decided_now)
+    )
 
 
 def timed_seconds(claimed: Sequence[float | None], elapsed: float) -> list[float]:

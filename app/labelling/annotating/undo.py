@@ -15,7 +15,14 @@ from app.db.statements import conflict_insert
 from app.errors import Conflict, NotFound
 from app.labelling import rules
 from app.labelling.annotating.queue import present
-from app.labelling.items import counted_votes, lock_item, recount, refresh_needed, set_assignment
+from app.labelling.items import (
+    counted_votes,
+    lock_item,
+    note_decided,
+    recount,
+    refresh_needed,
+    set_assignment,
+)
 from app.labelling.models import AssignmentStatus, DifficultyFlag, LabelItem, Question, UndoDepth, Vote
 from app.labelling.types import Labeller, LabellingSettings, UndoResult, early_rule
 
@@ -55,7 +62,8 @@ def undo_last(*, db_session: Session, competition: LabellingSettings, user: Labe
         db_session.flush()
         if question.gold_answer is None and not user.votes_excluded:
             recount(question, counted_votes(db_session, [question.id]).get(question.id))
-            rules.decide(question, competition.panel_size, now, early_rule(competition))
+            if rules.decide(question, competition.panel_size, now, early_rule(competition)):
+                note_decided(db_session, competition.id, [question.id])
         refresh_needed(db_session, competition, [item])
         undone, first_question_id = "answer", question.id
     set_assignment(db_session, item.id, user.id, AssignmentStatus.leased, now, keep_flagged=False)
