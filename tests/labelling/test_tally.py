@@ -1,7 +1,8 @@
 """The active policy's tally of decided questions (app/labelling/active_sampling/reliability.py) counts every
 decision once, whatever order the deciding transactions commit in and whatever the deciding server's clock
 says: two servers decide two images, the policy reruns between them, and both images' agreements are in the
-annotators' tallies afterwards, each once."""
+annotators' tallies afterwards, each once; decisions made under uniform sampling are tallied once it switches
+to active."""
 
 from datetime import timedelta
 
@@ -142,3 +143,20 @@ def test_a_decision_stamped_by_a_server_whose_clock_lags_is_tallied_once(session
 
     # A tally that took the newest decision time it read as its mark never counted the lagging server's.
     assert tallies(sessions, competition_id) == ({(first.id, second.id): 2, (third.id, fourth.id): 2}, 4, 0)
+
+
+def test_decisions_made_under_uniform_sampling_are_tallied_when_it_switches_to_active(sessions):
+    with sessions() as db_session:
+        competition_id, (first, second, _, _) = two_images(db_session)
+        competition = db_session.get_one(Competition, competition_id)
+        policy.set_sampling(db_session, competition, Sampling.uniform)
+        db_session.commit()
+        image = answer_yes(db_session, competition_id, first)
+        assert answer_yes(db_session, competition_id, second) == image
+        db_session.commit()
+    assert questions_of(sessions, image) == 2
+
+    with sessions() as db_session, db_session.begin():
+        policy.set_sampling(db_session, db_session.get_one(Competition, competition_id), Sampling.active)
+
+    assert tallies(sessions, competition_id) == ({(first.id, second.id): 2}, 2, 0)
