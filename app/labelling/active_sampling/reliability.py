@@ -4,10 +4,10 @@ tallies it rests on, kept as questions are decided, and the estimates the policy
 The tallies grow by the questions decided since the last refresh only (`tally_decided`: every decision leaves
 an UntalliedDecision row in its own transaction, which the tally takes as it counts it, so that none is missed
 or counted twice whatever order the transactions commit in), so a refresh costs what was decided since,
-however large the competition: for each such regular question, the pairs among its
-votes that no stopping rule chose (app.core.reliability.unbiased_votes: the first two, or the first strict
-majority's worth when its first two voters were not both vetted, which the votes' stored weights tell), and
-whether its outcome is "yes" (the base rate). Votes of annotators whose votes are excluded are left out. A
+however large the competition: for each such regular question, the pairs among its votes that no stopping rule
+chose (app.core.reliability.unbiased_votes: the first two, or the first strict majority's worth when its first
+two voters were not both vetted, which the votes' stored weights tell), and whether its outcome is "yes" (the
+base rate). Votes of annotators whose votes are excluded are left out. A
 question decided again after an undo reopened it is tallied again.
 """
 
