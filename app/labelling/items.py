@@ -18,6 +18,7 @@ several connections:
    then the flag.
 """
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -131,6 +132,16 @@ def note_decided(db_session: Session, competition_id: int, question_ids: list[in
         NOTE_DECIDED.write(
             db_session, [{"competition_id": competition_id, "question_id": id_} for id_ in question_ids]
         )
+
+
+def decide_questions(
+    db_session: Session, competition: LabellingSettings, questions: Iterable[Question], now: datetime
+) -> None:
+    """Re-decide these regular questions from their counts (rules.decide, with the competition's early rule)
+    and leave those decided anew to the active policy's tally (note_decided)."""
+    early = early_rule(competition)
+    decided_now = [q.id for q in questions if rules.decide(q, competition.panel_size, now, early)]
+    note_decided(db_session, competition.id, decided_now)
 
 
 def set_assignment(

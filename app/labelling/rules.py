@@ -159,7 +159,7 @@ def count_vote(
 def decide(question: VoteCounts, panel_size: int, now: datetime, early: EarlyRule | None = None) -> bool:
     """Set a regular question's outcome from its counted votes and their evidence; decided_at keeps the first
     decision time. An adjudicated question keeps the admin's outcome. Whether it is decided anew (an outcome
-    it did not have: a decision for the active policy's tally, items.note_decided)."""
+    it did not have: a decision for the active policy's tally, items.decide_questions)."""
     if question.adjudicated:
         return False
     decision = outcome(question.yes_votes, question.no_votes, panel_size, early, question.early_evidence)

@@ -50,9 +50,9 @@ from app.labelling.active_sampling.reads import (
     read_pairs,
 )
 from app.labelling.active_sampling.reliability import Tally, refit, tally_decided
-from app.labelling.items import lock_items, note_decided, refresh_needed
+from app.labelling.items import decide_questions, lock_items, refresh_needed
 from app.labelling.models import ActivePolicy, LabelItem, Question, UntalliedDecision
-from app.labelling.types import LabellingSettings, NextItemStatus, early_rule
+from app.labelling.types import LabellingSettings, NextItemStatus
 
 
 def count_decisions(db_session: Session, competition_id: int, decided: int) -> None:
@@ -324,13 +324,9 @@ def redecide_open(db_session: Session, competition: LabellingSettings) -> None:
         select(Question.image_id).where(*open_regular).distinct().order_by(Question.image_id)
     ).all()
     items = lock_items(db_session, competition, list(image_ids))
-    now = utcnow()
-    decided_now = [
-        question.id
-        for question in db_session.scalars(select(Question).where(*open_regular))
-        if rules.decide(question, competition.panel_size, now, early_rule(competition))
-    ]
-    note_decided(db_session, competition.id, decided_now)
+    decide_questions(
+        db_session, competition, db_session.scalars(select(Question).where(*open_regular)), utcnow()
+    )
     refresh_needed(db_session, competition, items)
 
 

@@ -17,14 +17,14 @@ from app.labelling import rules
 from app.labelling.annotating.queue import present
 from app.labelling.items import (
     counted_votes,
+    decide_questions,
     lock_item,
-    note_decided,
     recount,
     refresh_needed,
     set_assignment,
 )
 from app.labelling.models import AssignmentStatus, DifficultyFlag, LabelItem, Question, UndoDepth, Vote
-from app.labelling.types import Labeller, LabellingSettings, UndoResult, early_rule
+from app.labelling.types import Labeller, LabellingSettings, UndoResult
 
 KEPT = "a flag on an image the panel has discarded stays (the image has left its pairs)"
 """What undo says of the flags it steps past."""
@@ -62,8 +62,7 @@ def undo_last(*, db_session: Session, competition: LabellingSettings, user: Labe
         db_session.flush()
         if question.gold_answer is None and not user.votes_excluded:
             recount(question, counted_votes(db_session, [question.id]).get(question.id))
-            if rules.decide(question, competition.panel_size, now, early_rule(competition)):
-                note_decided(db_session, competition.id, [question.id])
+            decide_questions(db_session, competition, [question], now)
         refresh_needed(db_session, competition, [item])
         undone, first_question_id = "answer", question.id
     set_assignment(db_session, item.id, user.id, AssignmentStatus.leased, now, keep_flagged=False)

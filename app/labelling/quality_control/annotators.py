@@ -16,7 +16,13 @@ from sqlalchemy.orm import Session
 from app.competitions.models import Competition, Sampling
 from app.db.base import utcnow
 from app.labelling import rules
-from app.labelling.items import counted_votes, lock_items, note_decided, questions_of_images, recount
+from app.labelling.items import (
+    counted_votes,
+    decide_questions,
+    lock_items,
+    questions_of_images,
+    recount,
+)
 from app.labelling.models import (
     Assignment,
     AssignmentStatus,
@@ -102,13 +108,10 @@ def redecide(*, db_session: Session, competition: LabellingSettings, image_ids: 
     counted = counted_votes(db_session, [q.id for q in questions])
     now = utcnow()
     early = early_rule(competition)
-    decided_now = []
-    for question in questions:
-        if question.gold_answer is None:
-            recount(question, counted.get(question.id))
-            if rules.decide(question, competition.panel_size, now, early):
-                decided_now.append(question.id)
-    note_decided(db_session, competition.id, decided_now)
+    regular = [question for question in questions if question.gold_answer is None]
+    for question in regular:
+        recount(question, counted.get(question.id))
+    decide_questions(db_session, competition, regular, now)
     flags = dict(
         db_session.execute(
             select(DifficultyFlag.image_id, func.count())
